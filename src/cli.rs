@@ -1,0 +1,258 @@
+//! The command line: subcommands, their settings (each with an environment variable and a
+//! default), and one-line errors.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Secret, parse_duration, read_settings_file};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "onramp",
+    version,
+    about = "Onboards and offboards users and tenants of a multi-tenant Slurm GPU cluster, driven by Authentik.",
+    after_help = "Every setting can also come from its environment variable, or from a settings file of NAME=value lines (--config); the environment wins over the file."
+)]
+pub struct Cli {
+    /// Settings file of NAME=value lines, using the environment variable names shown here.
+    #[arg(long, env = "ONRAMP_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log filter, e.g. info or onramp=debug,sqlx=warn.
+    #[arg(long, env = "ONRAMP_LOG", default_value = "info", global = true)]
+    pub log: String,
+    /// Log format.
+    #[arg(long, env = "ONRAMP_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the database migrations and exit.
+    Migrate(DbArgs),
+    /// Run the service: HTTP API, workers, or both.
+    Serve(ServeArgs),
+    /// Try onramp on this machine: a private PostgreSQL, the service, and sample jobs.
+    Dev(DevArgs),
+    /// Look at and act on jobs from the command line.
+    Jobs(JobsArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Secret,
+    /// Most database connections this process opens.
+    #[arg(long, env = "ONRAMP_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// HTTP only: webhooks, API, dashboard, health and metrics.
+    Api,
+    /// Workers only: claim and run steps.
+    Worker,
+    /// Both in one process.
+    Both,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct HttpArgs {
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "ONRAMP_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Bearer token for the /v1 API. Without it the API answers 503.
+    #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub api_token: Option<Secret>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct WorkerArgs {
+    /// Worker identity in leases and the audit trail [default: <hostname>-<pid>].
+    #[arg(long, env = "ONRAMP_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Steps one process runs at once.
+    #[arg(long, env = "ONRAMP_WORKER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_concurrency: u16,
+    /// Lease of a claimed step; renewed every third of it. A dead worker's steps run again after it.
+    #[arg(long, env = "ONRAMP_LEASE", default_value = "10s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// How often idle workers look for due work when no notification arrives.
+    #[arg(long, env = "ONRAMP_POLL_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// At SIGTERM, how long running steps may take to finish before their leases are released.
+    #[arg(long, env = "ONRAMP_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// What this process does.
+    #[arg(long, env = "ONRAMP_ROLE", default_value = "both")]
+    pub role: Role,
+    /// Apply pending migrations at start (safe with several replicas: they take a lock).
+    #[arg(long, env = "ONRAMP_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+    #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DevArgs {
+    /// Use this PostgreSQL instead of starting a private one.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Option<Secret>,
+    /// Where the private PostgreSQL keeps its data.
+    #[arg(long, env = "ONRAMP_DEV_DIR", default_value = ".onramp-dev")]
+    pub dev_dir: PathBuf,
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "ONRAMP_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(subcommand)]
+    pub action: JobsAction,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum JobsAction {
+    /// List the newest jobs.
+    List {
+        /// Only jobs in this state.
+        #[arg(long)]
+        state: Option<String>,
+        /// How many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show one job with its steps, attempts and audit trail.
+    Show { id: i64 },
+    /// Cancel an unfinished job.
+    Cancel {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Run a failed job again from the step that failed.
+    Retry { id: i64 },
+    /// Approve the step a job is waiting on.
+    Approve { id: i64 },
+}
+
+/// Parses the command line after loading the settings file into the environment.
+/// On a mistake, prints one line naming the setting and exits with status 2.
+pub fn parse() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Err(e) = load_settings_file(&args) {
+        eprintln!("onramp: {e}");
+        std::process::exit(2);
+    }
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("onramp: {}", one_line(&e));
+            std::process::exit(2);
+        }
+    }
+}
+
+fn load_settings_file(args: &[OsString]) -> Result<(), String> {
+    let from_args = args.iter().enumerate().find_map(|(i, a)| {
+        let a = a.to_str()?;
+        if a == "--config" {
+            args.get(i + 1).map(PathBuf::from)
+        } else {
+            a.strip_prefix("--config=").map(PathBuf::from)
+        }
+    });
+    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)) else {
+        return Ok(());
+    };
+    for (k, v) in read_settings_file(&path)? {
+        if std::env::var_os(&k).is_none() {
+            // SAFETY: called from `main` before the runtime or any other thread starts.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
+    Ok(())
+}
+
+/// clap's message without the usage block, plus the environment variable of the setting.
+fn one_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<String> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => vec![],
+    };
+    let with_env = |arg: &str| {
+        let long = arg.split_whitespace().next().unwrap_or("").trim_start_matches("--");
+        match find_env(&<Cli as clap::CommandFactory>::command(), long) {
+            Some(env) => format!("{arg} (environment: {env})"),
+            None => arg.to_string(),
+        }
+    };
+    if e.kind() == ErrorKind::MissingRequiredArgument && !args.is_empty() {
+        let names: Vec<String> = args.iter().map(|a| with_env(a)).collect();
+        return format!("missing setting: {}", names.join(", "));
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("invalid command line").trim_start_matches("error: ");
+    match args.first() {
+        Some(arg) => {
+            let named = with_env(arg);
+            if named.len() > arg.len() { format!("{first}{}", &named[arg.len()..]) } else { first.to_string() }
+        }
+        None => first.to_string(),
+    }
+}
+
+fn find_env(cmd: &clap::Command, long: &str) -> Option<String> {
+    cmd.get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_env(s, long)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn malformed_setting_is_one_line_naming_it() {
+        let e = Cli::try_parse_from(["onramp", "serve", "--database-url", "postgres://x", "--lease", "ten"]).unwrap_err();
+        let line = one_line(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("--lease") && line.contains("ONRAMP_LEASE"), "{line}");
+    }
+}

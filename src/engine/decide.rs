@@ -1,0 +1,178 @@
+//! From a step's transition to what the engine writes: pure, so it is tested without a database.
+
+use std::time::Duration;
+
+use super::store::{Claimed, StepWrite};
+use super::{RetryPolicy, Transition};
+
+pub(crate) struct Situation<'a> {
+    pub claimed: &'a Claimed,
+    pub steps: &'static [&'static str],
+    pub policy: RetryPolicy,
+    pub lease: Duration,
+    /// Carry on to the next step in this worker (false while shutting down).
+    pub continue_here: bool,
+    pub poll_expired: bool,
+    /// A uniform draw from [0, 1) for jitter.
+    pub jitter: f64,
+}
+
+pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
+    let c = s.claimed;
+    let idx = c.step_index;
+    let step = s.steps[idx as usize];
+    let used = (c.attempt - c.attempt_floor).max(1) as u32;
+    let mut w = StepWrite {
+        id: c.id,
+        step_index: idx,
+        attempt: c.attempt,
+        step,
+        outcome: "done",
+        new_state: "pending",
+        new_step_index: idx,
+        new_step: step,
+        delay: Duration::ZERO,
+        poll_for: Duration::ZERO,
+        error: None,
+        output: None,
+    };
+    let fail = |mut w: StepWrite, outcome: &'static str, msg: String| {
+        w.outcome = outcome;
+        w.new_state = "failed";
+        w.error = Some(msg);
+        w
+    };
+    match t {
+        Transition::Done(out) => {
+            w.output = Some(out);
+            if (idx as usize) + 1 >= s.steps.len() {
+                w.new_state = "succeeded";
+            } else {
+                w.new_step_index = idx + 1;
+                w.new_step = s.steps[idx as usize + 1];
+                if s.continue_here {
+                    w.new_state = "running";
+                    w.delay = s.lease;
+                }
+            }
+            w
+        }
+        Transition::Retry(e) if s.policy.exhausted(used) => {
+            fail(w, "fail", format!("gave up after {used} attempts: {e}"))
+        }
+        Transition::Retry(e) => {
+            w.outcome = "retry";
+            w.delay = s.policy.delay(used, s.jitter);
+            w.error = Some(e);
+            w
+        }
+        Transition::Wait(d) => {
+            w.outcome = "wait";
+            w.new_state = "waiting";
+            w.delay = d;
+            w
+        }
+        Transition::Poll { .. } if s.poll_expired => {
+            fail(w, "fail", format!("step {step} was still polling when its deadline passed"))
+        }
+        Transition::Poll { every, for_at_most } => {
+            w.outcome = "poll";
+            w.new_state = "waiting";
+            w.delay = every;
+            w.poll_for = for_at_most;
+            w
+        }
+        Transition::Fail(e) => fail(w, "fail", e),
+        Transition::NeedsApproval(reason) => {
+            w.outcome = "needs_approval";
+            w.new_state = "needs_approval";
+            w.error = Some(reason);
+            w
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Map, json};
+
+    const STEPS: &[&str] = &["a", "b"];
+
+    fn claimed(step_index: i32, attempt: i32, floor: i32) -> Claimed {
+        Claimed {
+            id: 7,
+            kind: "k".into(),
+            subject: "s".into(),
+            input: json!({}),
+            outputs: Map::new(),
+            step_index,
+            attempt,
+            attempt_floor: floor,
+            step_waited: false,
+            poll_deadline: None,
+            approved_by: None,
+        }
+    }
+
+    fn sit(c: &Claimed) -> Situation<'_> {
+        Situation {
+            claimed: c,
+            steps: STEPS,
+            policy: RetryPolicy { max_attempts: 3, ..RetryPolicy::default() },
+            lease: Duration::from_secs(10),
+            continue_here: true,
+            poll_expired: false,
+            jitter: 1.0,
+        }
+    }
+
+    #[test]
+    fn done_moves_on_in_the_same_worker_and_the_last_step_succeeds() {
+        let c = claimed(0, 1, 0);
+        let w = decide(&sit(&c), Transition::Done(json!(1)));
+        assert_eq!((w.new_state, w.new_step_index, w.new_step, w.delay), ("running", 1, "b", Duration::from_secs(10)));
+        let c = claimed(1, 1, 0);
+        let w = decide(&sit(&c), Transition::Done(json!(2)));
+        assert_eq!((w.new_state, w.output), ("succeeded", Some(json!(2))));
+    }
+
+    #[test]
+    fn done_while_shutting_down_leaves_the_next_step_pending() {
+        let c = claimed(0, 1, 0);
+        let w = decide(&Situation { continue_here: false, ..sit(&c) }, Transition::Done(json!(null)));
+        assert_eq!((w.new_state, w.new_step_index, w.delay), ("pending", 1, Duration::ZERO));
+    }
+
+    #[test]
+    fn retry_backs_off_until_the_budget_is_spent_counting_from_the_floor() {
+        let c = claimed(0, 2, 0);
+        let w = decide(&sit(&c), Transition::Retry("boom".into()));
+        assert_eq!((w.outcome, w.new_state, w.delay), ("retry", "pending", Duration::from_secs(4)));
+        let c = claimed(0, 3, 0);
+        let w = decide(&sit(&c), Transition::Retry("boom".into()));
+        assert_eq!((w.outcome, w.new_state), ("fail", "failed"));
+        assert_eq!(w.error.as_deref(), Some("gave up after 3 attempts: boom"));
+        // after a manual retry the budget starts again at the floor
+        let c = claimed(0, 5, 3);
+        let w = decide(&sit(&c), Transition::Retry("boom".into()));
+        assert_eq!(w.new_state, "pending");
+    }
+
+    #[test]
+    fn poll_past_its_deadline_fails() {
+        let c = claimed(0, 1, 0);
+        let p = Transition::Poll { every: Duration::from_secs(1), for_at_most: Duration::from_secs(5) };
+        assert_eq!(decide(&sit(&c), p.clone()).new_state, "waiting");
+        assert_eq!(decide(&Situation { poll_expired: true, ..sit(&c) }, p).new_state, "failed");
+    }
+
+    #[test]
+    fn approval_and_failure_keep_the_reason() {
+        let c = claimed(1, 1, 0);
+        let w = decide(&sit(&c), Transition::NeedsApproval("hard cutoff".into()));
+        assert_eq!((w.new_state, w.error.as_deref()), ("needs_approval", Some("hard cutoff")));
+        let w = decide(&sit(&c), Transition::Fail("no such tenant".into()));
+        assert_eq!((w.new_state, w.error.as_deref()), ("failed", Some("no such tenant")));
+    }
+}

@@ -1,0 +1,112 @@
+//! The durable step engine. It knows jobs, steps, leases, timers and the audit trail, and nothing
+//! about onboarding: flows are registered as [`Flow`]s and only return [`Transition`]s.
+//!
+//! A job is a row in `jobs` pointing at its current step; each attempt of a step is a row in
+//! `step_runs`; each state change is a row in `job_events`. Workers claim due steps with
+//! `FOR UPDATE SKIP LOCKED` and a lease, run them with no transaction open, and write the result
+//! fenced by the attempt number. Timers are `run_at` values, so they survive restarts.
+
+mod decide;
+mod flow;
+mod model;
+mod ops;
+mod policy;
+mod store;
+mod worker;
+
+use std::sync::Arc;
+
+use sqlx::{PgConnection, PgPool};
+
+pub use flow::{Flow, Registry, StepCtx, StepFuture, Transition};
+pub use model::{Actor, Job, JobEvent, JobState, StepRun};
+pub use ops::JobFilter;
+pub use policy::RetryPolicy;
+pub use store::{Enqueued, NewJob};
+pub use worker::{WorkerConfig, WorkerStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("no flow is registered for job kind {0:?}")]
+    UnknownKind(String),
+    #[error("job {0} not found")]
+    NotFound(i64),
+    #[error("job {id} is {state}: it cannot {action}")]
+    InvalidState { id: i64, state: JobState, action: &'static str },
+    #[error("unexpected data in the database: {0}")]
+    Corrupt(String),
+}
+
+/// The engine's handle: cheap to clone, shared by the API and the workers of one process.
+#[derive(Clone)]
+pub struct Engine {
+    pool: PgPool,
+    registry: Arc<Registry>,
+}
+
+impl Engine {
+    pub fn new(pool: PgPool, registry: Registry) -> Self {
+        Self { pool, registry: Arc::new(registry) }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Creates jobs in one transaction of their own.
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>, EngineError> {
+        let mut tx = self.pool.begin().await?;
+        let out = store::enqueue(&mut tx, &self.registry, jobs).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Creates jobs inside the caller's transaction; they exist once it commits.
+    pub async fn enqueue_in(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>, EngineError> {
+        store::enqueue(conn, &self.registry, jobs).await
+    }
+
+    pub async fn cancel(&self, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
+        ops::cancel(&self.pool, id, actor, reason).await
+    }
+
+    pub async fn retry(&self, id: i64, actor: &Actor) -> Result<Job, EngineError> {
+        ops::retry(&self.pool, id, actor).await
+    }
+
+    pub async fn approve(&self, id: i64, actor: &Actor) -> Result<Job, EngineError> {
+        ops::approve(&self.pool, id, actor).await
+    }
+
+    pub async fn job(&self, id: i64) -> Result<Job, EngineError> {
+        ops::job(&self.pool, id).await
+    }
+
+    pub async fn list(&self, filter: &JobFilter) -> Result<Vec<Job>, EngineError> {
+        ops::list(&self.pool, filter).await
+    }
+
+    pub async fn step_runs(&self, id: i64) -> Result<Vec<StepRun>, EngineError> {
+        ops::step_runs(&self.pool, id).await
+    }
+
+    pub async fn events(&self, id: i64) -> Result<Vec<JobEvent>, EngineError> {
+        ops::events(&self.pool, id).await
+    }
+
+    /// Runs a worker until `shutdown` is cancelled and its running steps are drained.
+    pub async fn run_worker(
+        &self,
+        cfg: WorkerConfig,
+        stats: Arc<WorkerStats>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<(), EngineError> {
+        worker::run(self, cfg, stats, shutdown).await
+    }
+}

@@ -1,0 +1,176 @@
+//! What people do to jobs (cancel, retry, approve) and how they read them.
+
+use sqlx::{PgPool, Postgres, Transaction};
+use time::OffsetDateTime;
+
+use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
+use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
+
+const JOB_COLUMNS: &str = "id, kind, subject, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
+     lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
+
+/// Locks the job and checks that `action` may act on its state.
+async fn lock(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    action: &'static str,
+    allowed: &[JobState],
+) -> Result<(JobState, String), EngineError> {
+    let row: Option<(String, String)> = sqlx::query_as("select state, step from jobs where id = $1 for update")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let (state, step) = row.ok_or(EngineError::NotFound(id))?;
+    let state: JobState = state.parse().map_err(EngineError::Corrupt)?;
+    if !allowed.contains(&state) {
+        return Err(EngineError::InvalidState { id, state, action });
+    }
+    Ok((state, step))
+}
+
+async fn record(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    from: JobState,
+    to: JobState,
+    step: &str,
+    actor: &Actor,
+    detail: Option<&str>,
+) -> Result<(), EngineError> {
+    sqlx::query(
+        "insert into job_events (job_id, from_state, to_state, step, actor, detail) values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(from.as_str())
+    .bind(to.as_str())
+    .bind(step)
+    .bind(actor.as_str())
+    .bind(detail)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str, payload: &str) -> Result<(), EngineError> {
+    sqlx::query("select pg_notify($1, $2)").bind(channel).bind(payload).execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Cancels an unfinished job. A step that is running is told to stop, and its result is refused.
+pub async fn cancel(pool: &PgPool, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
+    use JobState::*;
+    let mut tx = pool.begin().await?;
+    let (from, step) = lock(&mut tx, id, "cancel", &[Pending, Running, Waiting, NeedsApproval, Failed]).await?;
+    sqlx::query(
+        "update jobs set state = 'cancelled', lease_owner = null, finished_at = now(), updated_at = now()
+         where id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "update step_runs set finished_at = now(), outcome = 'cancelled', error = $2
+         where job_id = $1 and finished_at is null",
+    )
+    .bind(id)
+    .bind(format!("cancelled by {actor}"))
+    .execute(&mut *tx)
+    .await?;
+    record(&mut tx, id, from, Cancelled, &step, actor, reason).await?;
+    notify(&mut tx, NOTIFY_CANCEL, &id.to_string()).await?;
+    // its successors on the same subject may run now
+    notify(&mut tx, NOTIFY_JOBS, "").await?;
+    tx.commit().await?;
+    job(pool, id).await
+}
+
+/// Runs a failed job again from the step that failed, with a fresh retry budget.
+/// Steps that were done are not run again.
+pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineError> {
+    let mut tx = pool.begin().await?;
+    let (from, step) = lock(&mut tx, id, "retry", &[JobState::Failed]).await?;
+    sqlx::query(
+        "update jobs set state = 'pending', run_at = now(), attempt_floor = attempt, finished_at = null,
+                poll_deadline = null, updated_at = now()
+         where id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("retry from the failed step")).await?;
+    notify(&mut tx, NOTIFY_JOBS, "").await?;
+    tx.commit().await?;
+    job(pool, id).await
+}
+
+/// Approves the step that is waiting for approval; it runs again knowing it was approved.
+pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineError> {
+    let mut tx = pool.begin().await?;
+    let (from, step) = lock(&mut tx, id, "approve", &[JobState::NeedsApproval]).await?;
+    sqlx::query(
+        "update jobs set state = 'pending', run_at = now(), approved_step = step_index, approved_by = $2,
+                updated_at = now()
+         where id = $1",
+    )
+    .bind(id)
+    .bind(actor.as_str())
+    .execute(&mut *tx)
+    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("approved")).await?;
+    notify(&mut tx, NOTIFY_JOBS, "").await?;
+    tx.commit().await?;
+    job(pool, id).await
+}
+
+pub async fn job(pool: &PgPool, id: i64) -> Result<Job, EngineError> {
+    sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or(EngineError::NotFound(id))
+}
+
+/// Which jobs to list; all fields optional. Pages go from newest to oldest.
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    pub state: Option<JobState>,
+    pub kind: Option<String>,
+    /// Exact subject, or a prefix ending in `/` (e.g. `tenant-foo/`).
+    pub subject: Option<String>,
+    pub created_since: Option<OffsetDateTime>,
+    /// Keyset cursor: only jobs with a smaller id.
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError> {
+    let (exact, prefix) = match f.subject.as_deref() {
+        Some(s) if s.ends_with('/') => (None, Some(format!("{}%", s.replace('%', "\\%").replace('_', "\\_")))),
+        other => (other, None),
+    };
+    let rows = sqlx::query_as(&format!(
+        "select {JOB_COLUMNS} from jobs
+         where ($1::text is null or state = $1) and ($2::text is null or kind = $2)
+           and ($3::text is null or subject = $3) and ($4::text is null or subject like $4)
+           and ($5::timestamptz is null or created_at >= $5) and ($6::bigint is null or id < $6)
+         order by id desc limit $7"
+    ))
+    .bind(f.state.map(JobState::as_str))
+    .bind(f.kind.as_deref())
+    .bind(exact)
+    .bind(prefix)
+    .bind(f.created_since)
+    .bind(f.before_id)
+    .bind(i64::from(f.limit.clamp(1, 500)))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
+pub async fn step_runs(pool: &PgPool, id: i64) -> Result<Vec<StepRun>, EngineError> {
+    Ok(sqlx::query_as("select * from step_runs where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
+}
+
+pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError> {
+    Ok(sqlx::query_as("select * from job_events where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
+}

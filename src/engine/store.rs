@@ -1,0 +1,381 @@
+//! The engine's hot path in SQL: enqueue, claim, write results, renew and release leases.
+//! Each function is one round trip (or one short transaction) over any number of jobs, so that
+//! many concurrent steps share statements and commits.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sqlx::{PgConnection, PgPool, Row};
+use time::OffsetDateTime;
+
+use super::{Actor, EngineError, Registry};
+
+pub(crate) const NOTIFY_JOBS: &str = "onramp_jobs";
+pub(crate) const NOTIFY_CANCEL: &str = "onramp_cancel";
+
+/// A job to create.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub kind: String,
+    pub subject: String,
+    /// While an unfinished job has this key, enqueueing returns that job instead.
+    pub dedupe_key: Option<String>,
+    pub input: Value,
+    /// Not before this moment; now when absent.
+    pub run_at: Option<OffsetDateTime>,
+    pub actor: Actor,
+}
+
+impl NewJob {
+    pub fn new(kind: &str, subject: &str, input: Value, actor: Actor) -> Self {
+        Self { kind: kind.into(), subject: subject.into(), dedupe_key: None, input, run_at: None, actor }
+    }
+    pub fn dedupe(mut self, key: impl Into<String>) -> Self {
+        self.dedupe_key = Some(key.into());
+        self
+    }
+    pub fn at(mut self, run_at: OffsetDateTime) -> Self {
+        self.run_at = Some(run_at);
+        self
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    pub id: i64,
+    /// False when an unfinished job with the same dedupe key was returned instead.
+    pub created: bool,
+}
+
+/// Creates jobs inside the caller's transaction (so a webhook delivery and the jobs it causes
+/// commit together). Jobs of one subject are serialized by an advisory lock held to commit, so
+/// their ids follow commit order and the oldest unfinished one always runs first.
+pub async fn enqueue(
+    conn: &mut PgConnection,
+    registry: &Registry,
+    jobs: &[NewJob],
+) -> Result<Vec<Enqueued>, EngineError> {
+    if jobs.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut first_steps = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let flow = registry.get(&j.kind).ok_or_else(|| EngineError::UnknownKind(j.kind.clone()))?;
+        first_steps.push(flow.steps()[0]);
+    }
+    let subjects: Vec<&str> = jobs.iter().map(|j| j.subject.as_str()).collect();
+    sqlx::query(
+        "select pg_advisory_xact_lock(h) from
+           (select distinct hashtextextended(s, 7) as h from unnest($1::text[]) s) x order by h",
+    )
+    .bind(&subjects)
+    .execute(&mut *conn)
+    .await?;
+    let ids: Vec<i64> =
+        sqlx::query_scalar("select nextval(pg_get_serial_sequence('jobs', 'id')) from generate_series(1, $1)")
+            .bind(jobs.len() as i32)
+            .fetch_all(&mut *conn)
+            .await?;
+    let inserted: Vec<i64> = sqlx::query_scalar(
+        "with ins as (
+           insert into jobs (id, kind, subject, dedupe_key, input, step, run_at, created_by)
+           select id, kind, subject, dedupe_key, input, step, coalesce(run_at, now()), actor
+           from unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
+                       $7::timestamptz[], $8::text[])
+                as v(id, kind, subject, dedupe_key, input, step, run_at, actor)
+           on conflict (dedupe_key) where dedupe_key is not null and state not in ('succeeded', 'cancelled')
+           do nothing
+           returning id, step, created_by, run_at),
+         ev as (
+           insert into job_events (job_id, to_state, step, actor, detail)
+           select id, 'pending', step, created_by,
+                  case when run_at > now() then 'scheduled for ' || run_at::text end from ins)
+         select id from ins",
+    )
+    .bind(&ids)
+    .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+    .bind(&subjects)
+    .bind(jobs.iter().map(|j| j.dedupe_key.as_deref()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| &j.input).collect::<Vec<_>>())
+    .bind(&first_steps)
+    .bind(jobs.iter().map(|j| j.run_at).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.actor.as_str()).collect::<Vec<_>>())
+    .fetch_all(&mut *conn)
+    .await?;
+
+    let mut out = Vec::with_capacity(jobs.len());
+    for (job, id) in jobs.iter().zip(&ids) {
+        if inserted.contains(id) {
+            out.push(Enqueued { id: *id, created: true });
+            continue;
+        }
+        // Not inserted: an unfinished job holds the dedupe key (perhaps one of this batch).
+        let key = job.dedupe_key.as_deref().expect("only a dedupe conflict skips a row");
+        let existing: i64 = sqlx::query_scalar(
+            "select id from jobs where dedupe_key = $1 and state not in ('succeeded', 'cancelled')",
+        )
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
+        out.push(Enqueued { id: existing, created: false });
+    }
+    if out.iter().any(|e| e.created) {
+        sqlx::query("select pg_notify($1, '')").bind(NOTIFY_JOBS).execute(&mut *conn).await?;
+    }
+    Ok(out)
+}
+
+/// A step a worker has claimed, with everything needed to run it.
+#[derive(Clone, Debug)]
+pub(crate) struct Claimed {
+    pub id: i64,
+    pub kind: String,
+    pub subject: String,
+    pub input: Value,
+    pub outputs: Map<String, Value>,
+    pub step_index: i32,
+    pub attempt: i32,
+    pub attempt_floor: i32,
+    pub step_waited: bool,
+    pub poll_deadline: Option<OffsetDateTime>,
+    pub approved_by: Option<String>,
+}
+
+/// Claims up to `limit` due steps: pending or waiting jobs whose time has come, and running jobs
+/// whose lease expired (their worker died). A job waits while an older unfinished job of the same
+/// subject exists. The claim commits before any step runs.
+pub(crate) async fn claim(
+    pool: &PgPool,
+    owner: &str,
+    lease: Duration,
+    kinds: &[&str],
+    limit: usize,
+) -> Result<Vec<Claimed>, EngineError> {
+    let rows = sqlx::query(
+        "with cand as (
+           select j.id, j.state as old_state, j.attempt as old_attempt, j.lease_owner as old_owner
+           from jobs j
+           where j.state in ('pending', 'waiting', 'running') and j.run_at <= now() and j.kind = any($4)
+             and not exists (select 1 from jobs p where p.subject = j.subject and p.id < j.id
+                             and p.state not in ('succeeded', 'cancelled'))
+           order by j.run_at
+           limit $1
+           for update skip locked),
+         claimed as (
+           update jobs j set state = 'running', attempt = j.attempt + 1, lease_owner = $2,
+                  run_at = now() + $3 * interval '1 millisecond', updated_at = now()
+           from cand where j.id = cand.id
+           returning j.id, j.kind, j.subject, j.input, j.outputs, j.step_index, j.step, j.attempt,
+                     j.attempt_floor, j.step_waited, j.poll_deadline, j.approved_step, j.approved_by,
+                     cand.old_state, cand.old_attempt, cand.old_owner),
+         lost as (
+           update step_runs s set finished_at = now(), outcome = 'lease_expired',
+                  error = 'worker ' || coalesce(c.old_owner, '?') || ' stopped renewing its lease'
+           from claimed c
+           where c.old_state = 'running' and s.job_id = c.id and s.step_index = c.step_index
+             and s.attempt = c.old_attempt and s.finished_at is null),
+         runs as (
+           insert into step_runs (job_id, step_index, step, attempt, worker)
+           select id, step_index, step, attempt, $2 from claimed),
+         ev as (
+           insert into job_events (job_id, from_state, to_state, step, actor, detail)
+           select id, old_state, 'running', step, 'worker:' || $2,
+                  case when old_state = 'running' then 'reclaimed: the lease of ' || coalesce(old_owner, '?') || ' expired' end
+           from claimed)
+         select id, kind, subject, input, outputs, step_index, attempt, attempt_floor, step_waited,
+                poll_deadline, case when approved_step = step_index then approved_by end as approved_by
+         from claimed",
+    )
+    .bind(limit as i64)
+    .bind(owner)
+    .bind(lease.as_millis() as i64)
+    .bind(kinds)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let outputs = match r.try_get::<Value, _>("outputs")? {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            Ok(Claimed {
+                id: r.try_get("id")?,
+                kind: r.try_get("kind")?,
+                subject: r.try_get("subject")?,
+                input: r.try_get("input")?,
+                outputs,
+                step_index: r.try_get("step_index")?,
+                attempt: r.try_get("attempt")?,
+                attempt_floor: r.try_get("attempt_floor")?,
+                step_waited: r.try_get("step_waited")?,
+                poll_deadline: r.try_get("poll_deadline")?,
+                approved_by: r.try_get("approved_by")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Into::into)
+}
+
+/// The result of one attempt, as the worker decided it.
+#[derive(Clone, Debug)]
+pub(crate) struct StepWrite {
+    pub id: i64,
+    pub step_index: i32,
+    pub attempt: i32,
+    pub step: &'static str,
+    /// done | retry | wait | poll | fail | needs_approval
+    pub outcome: &'static str,
+    pub new_state: &'static str,
+    pub new_step_index: i32,
+    pub new_step: &'static str,
+    /// From now until the job is due again (for `running`: the new lease).
+    pub delay: Duration,
+    pub poll_for: Duration,
+    pub error: Option<String>,
+    pub output: Option<Value>,
+}
+
+/// Writes results of many attempts in one statement. Each write is fenced by the attempt it
+/// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
+/// Returns the ids whose write was accepted.
+pub(crate) async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
+    let closes = writes.iter().any(|w| matches!(w.new_state, "succeeded" | "failed"));
+    let ids = sqlx::query_scalar(
+        "with v as (
+           select * from unnest($2::bigint[], $3::int[], $4::int[], $5::text[], $6::text[], $7::int[],
+                                $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::jsonb[], $13::text[])
+             as v(id, step_index, attempt, outcome, new_state, new_step_index, new_step, delay_ms,
+                  poll_for_ms, error, output, step)),
+         upd as (
+           update jobs j set
+             state = v.new_state,
+             step_index = v.new_step_index,
+             step = v.new_step,
+             attempt = case when v.new_step_index = j.step_index then j.attempt
+                            when v.new_state = 'running' then 1 else 0 end,
+             attempt_floor = case when v.new_step_index = j.step_index then j.attempt_floor else 0 end,
+             step_waited = v.new_step_index = j.step_index and (j.step_waited or v.outcome = 'wait'),
+             poll_deadline = case
+               when v.outcome = 'poll' then coalesce(j.poll_deadline, now() + v.poll_for_ms * interval '1 millisecond')
+               when v.new_step_index = j.step_index then j.poll_deadline end,
+             run_at = case
+               when v.outcome = 'poll' then least(now() + v.delay_ms * interval '1 millisecond',
+                                                  coalesce(j.poll_deadline, now() + v.poll_for_ms * interval '1 millisecond'))
+               else now() + v.delay_ms * interval '1 millisecond' end,
+             lease_owner = case when v.new_state = 'running' then j.lease_owner end,
+             outputs = case when v.outcome = 'done' then j.outputs || jsonb_build_object(v.step, v.output)
+                            else j.outputs end,
+             approved_step = case when v.new_step_index = j.step_index then j.approved_step end,
+             approved_by = case when v.new_step_index = j.step_index then j.approved_by end,
+             last_error = case when v.error is not null then v.error
+                               when v.new_step_index = j.step_index then j.last_error end,
+             finished_at = case when v.new_state in ('succeeded', 'failed') then now() end,
+             updated_at = now()
+           from v
+           where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
+             and j.state = 'running' and j.lease_owner = $1
+           returning j.id, j.run_at),
+         fin as (
+           update step_runs s set finished_at = now(), outcome = v.outcome, error = v.error,
+                  output = v.output,
+                  next_run_at = case when v.new_state in ('pending', 'waiting') then u.run_at end
+           from v join upd u on u.id = v.id
+           where s.job_id = v.id and s.step_index = v.step_index and s.attempt = v.attempt),
+         nxt as (
+           insert into step_runs (job_id, step_index, step, attempt, worker)
+           select v.id, v.new_step_index, v.new_step, 1, $1
+           from v join upd u on u.id = v.id where v.new_state = 'running'),
+         ev as (
+           insert into job_events (job_id, from_state, to_state, step, actor, detail)
+           select v.id, 'running', v.new_state, v.step, 'worker:' || $1, v.error
+           from v join upd u on u.id = v.id where v.new_state <> 'running')
+         -- an uncorrelated subquery runs once: wake peers when jobs closed (successors may be due)
+         select u.id, case when $15 then (select 1 from (select pg_notify($14, '')) n) end as woke
+         from upd u",
+    )
+    .bind(owner)
+    .bind(writes.iter().map(|w| w.id).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.step_index).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.attempt).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.outcome).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.new_state).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.new_step_index).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.new_step).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.delay.as_millis() as i64).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.poll_for.as_millis() as i64).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.error.as_deref()).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.output.as_ref()).collect::<Vec<_>>())
+    .bind(writes.iter().map(|w| w.step).collect::<Vec<_>>())
+    .bind(NOTIFY_JOBS)
+    .bind(closes)
+    .fetch_all(pool)
+    .await?;
+    Ok(ids)
+}
+
+/// Extends the leases of steps this worker is running; returns the ids it no longer holds
+/// (cancelled, finished elsewhere, or taken over after the lease expired).
+pub(crate) async fn renew(
+    pool: &PgPool,
+    owner: &str,
+    lease: Duration,
+    held: &[(i64, i32, i32)],
+) -> Result<Vec<i64>, EngineError> {
+    let ids = sqlx::query_scalar(
+        "with v as (select * from unnest($3::bigint[], $4::int[], $5::int[]) v(id, step_index, attempt)),
+         upd as (
+           update jobs j set run_at = now() + $2 * interval '1 millisecond'
+           from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
+             and j.state = 'running' and j.lease_owner = $1)
+         -- a job that moved on to its next step in this worker is still held
+         select v.id from v left join jobs j on j.id = v.id
+         where j.id is null or j.state <> 'running' or j.lease_owner is distinct from $1",
+    )
+    .bind(owner)
+    .bind(lease.as_millis() as i64)
+    .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
+    .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
+    .bind(held.iter().map(|h| h.2).collect::<Vec<_>>())
+    .fetch_all(pool)
+    .await?;
+    Ok(ids)
+}
+
+/// Gives steps back at shutdown: they become due at once for any worker.
+pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]) -> Result<u64, EngineError> {
+    let done = sqlx::query(
+        "with v as (select * from unnest($2::bigint[], $3::int[], $4::int[]) v(id, step_index, attempt)),
+         r as (
+           update jobs j set state = 'pending', run_at = now(), lease_owner = null, updated_at = now()
+           from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
+             and j.state = 'running' and j.lease_owner = $1
+           returning j.id, j.step_index, j.attempt, j.step),
+         s as (
+           update step_runs s set finished_at = now(), outcome = 'released',
+                  error = 'the worker shut down before the step finished'
+           from r where s.job_id = r.id and s.step_index = r.step_index and s.attempt = r.attempt),
+         ev as (
+           insert into job_events (job_id, from_state, to_state, step, actor, detail)
+           select id, 'running', 'pending', step, 'worker:' || $1, 'released at shutdown' from r)
+         select count(*), (select 1 from (select pg_notify($5, '')) n) as woke from r",
+    )
+    .bind(owner)
+    .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
+    .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
+    .bind(held.iter().map(|h| h.2).collect::<Vec<_>>())
+    .bind(NOTIFY_JOBS)
+    .fetch_one(pool)
+    .await?;
+    Ok(done.try_get::<i64, _>(0)? as u64)
+}
+
+/// The next moment something becomes due in the future (a timer, a backoff, a lease expiry).
+pub(crate) async fn next_due(pool: &PgPool) -> Result<Option<Duration>, EngineError> {
+    let ms: Option<f64> = sqlx::query_scalar(
+        "select extract(epoch from min(run_at) - now()) * 1000 from jobs
+         where state in ('pending', 'waiting', 'running') and run_at > now()",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(ms.map(|m| Duration::from_millis(m.max(0.0) as u64)))
+}

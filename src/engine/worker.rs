@@ -1,0 +1,421 @@
+//! A worker: claims due steps in batches, runs them concurrently, renews their leases, and writes
+//! their results in batches. No database transaction is open while a step runs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::decide::{Situation, decide};
+use super::store::{self, Claimed, NOTIFY_CANCEL, NOTIFY_JOBS, StepWrite};
+use super::{Engine, Flow, Registry, StepCtx, Transition};
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Unique per process; recorded as the lease owner and in the audit trail.
+    pub id: String,
+    /// Steps run at once by this process.
+    pub concurrency: usize,
+    /// How long a claim holds without renewal; a dead worker's steps are claimable after it.
+    pub lease: Duration,
+    /// How often to look for due work when no notification arrives.
+    pub poll_interval: Duration,
+    /// At shutdown, how long running steps may take to finish before their leases are released.
+    pub shutdown_grace: Duration,
+}
+
+/// Counters for /metrics.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub claimed: AtomicU64,
+    pub reclaimed_writes_refused: AtomicU64,
+    pub leases_lost: AtomicU64,
+    pub steps_done: AtomicU64,
+    pub steps_retried: AtomicU64,
+    pub steps_failed: AtomicU64,
+    pub db_errors: AtomicU64,
+}
+
+struct InFlight {
+    step_index: i32,
+    attempt: i32,
+    cancel: CancellationToken,
+}
+
+struct Shared {
+    pool: PgPool,
+    registry: Arc<Registry>,
+    cfg: WorkerConfig,
+    stats: Arc<WorkerStats>,
+    inflight: Mutex<HashMap<i64, InFlight>>,
+    wake: Notify,
+    /// Set when the worker stops claiming; steps finish but do not continue to the next step.
+    stopping: CancellationToken,
+}
+
+type Writes = mpsc::Sender<(StepWrite, oneshot::Sender<bool>)>;
+
+const MAX_BATCH: usize = 512;
+
+/// Runs until `shutdown` is cancelled, then drains within the grace period and returns.
+pub async fn run(
+    engine: &Engine,
+    cfg: WorkerConfig,
+    stats: Arc<WorkerStats>,
+    shutdown: CancellationToken,
+) -> Result<(), super::EngineError> {
+    let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+    let shared = Arc::new(Shared {
+        pool: engine.pool().clone(),
+        registry: engine.registry().clone(),
+        cfg,
+        stats,
+        inflight: Mutex::default(),
+        wake: Notify::new(),
+        stopping: shutdown.clone(),
+    });
+    let background = CancellationToken::new();
+    let listener = tokio::spawn(listen(shared.clone(), background.clone()));
+    let heartbeat = tokio::spawn(heartbeat(shared.clone(), background.clone()));
+    let writer = tokio::spawn(write_loop(shared.clone(), rx));
+    let sem = Arc::new(Semaphore::new(shared.cfg.concurrency));
+    let mut tasks = JoinSet::new();
+    tracing::info!(worker = %shared.cfg.id, concurrency = shared.cfg.concurrency, lease = ?shared.cfg.lease, "worker started");
+
+    claim_loop(&shared, &tx, &sem, &mut tasks, &shutdown).await;
+
+    // Drain: running steps may finish within the grace period.
+    let grace = shared.cfg.shutdown_grace;
+    let all = u32::try_from(shared.cfg.concurrency).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(grace, sem.acquire_many(all)).await.is_ok();
+    if !drained {
+        let held: Vec<(i64, i32, i32)> = {
+            let map = shared.inflight.lock().expect("inflight lock");
+            map.iter().map(|(id, f)| (*id, f.step_index, f.attempt)).collect()
+        };
+        tracing::warn!(steps = held.len(), "grace period over: stopping running steps and releasing their leases");
+        for f in shared.inflight.lock().expect("inflight lock").values() {
+            f.cancel.cancel();
+        }
+        while tasks.join_next().await.is_some() {}
+        match store::release(&shared.pool, &shared.cfg.id, &held).await {
+            Ok(n) => tracing::info!(released = n, "leases released"),
+            Err(e) => tracing::error!(error = %e, "could not release leases; they expire by themselves"),
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    // Every task has ended; with the last sender gone the writer drains and stops.
+    drop(tx);
+    let _ = writer.await;
+    background.cancel();
+    let _ = tokio::join!(listener, heartbeat);
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+async fn claim_loop(
+    shared: &Arc<Shared>,
+    writes: &Writes,
+    sem: &Arc<Semaphore>,
+    tasks: &mut JoinSet<()>,
+    stop: &CancellationToken,
+) {
+    let kinds = shared.registry.kinds();
+    let mut db_backoff = Duration::from_millis(100);
+    loop {
+        let first = tokio::select! {
+            p = sem.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = stop.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while permits.len() < MAX_BATCH {
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let asked = permits.len();
+        let claimed = match store::claim(&shared.pool, &shared.cfg.id, shared.cfg.lease, &kinds, asked).await {
+            Ok(c) => {
+                db_backoff = Duration::from_millis(100);
+                c
+            }
+            Err(e) => {
+                shared.stats.db_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "claim failed; trying again");
+                drop(permits);
+                tokio::select! { _ = tokio::time::sleep(db_backoff) => {}, _ = stop.cancelled() => return }
+                db_backoff = (db_backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        let got = claimed.len();
+        shared.stats.claimed.fetch_add(got as u64, Relaxed);
+        for (c, permit) in claimed.into_iter().zip(permits.drain(..)) {
+            let cancel = CancellationToken::new();
+            shared
+                .inflight
+                .lock()
+                .expect("inflight lock")
+                .insert(c.id, InFlight { step_index: c.step_index, attempt: c.attempt, cancel: cancel.clone() });
+            tasks.spawn(run_job(shared.clone(), writes.clone(), c, cancel, permit));
+        }
+        drop(permits);
+        while tasks.try_join_next().is_some() {}
+        if got == asked {
+            continue;
+        }
+        // Nothing more is due now: sleep until the next timer, a notification, or the poll interval.
+        let until = match store::next_due(&shared.pool).await {
+            Ok(Some(d)) => d.min(shared.cfg.poll_interval),
+            _ => shared.cfg.poll_interval,
+        };
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            _ = tokio::time::sleep(until) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn run_job(
+    shared: Arc<Shared>,
+    writes: Writes,
+    mut c: Claimed,
+    mut cancel: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let Some(flow) = shared.registry.get(&c.kind).cloned() else {
+        // claim only takes the kinds this worker knows
+        shared.inflight.lock().expect("inflight lock").remove(&c.id);
+        return;
+    };
+    loop {
+        let steps = flow.steps();
+        let idx = c.step_index as usize;
+        if idx >= steps.len() {
+            tracing::error!(job = c.id, step_index = idx, "step index beyond the flow's steps");
+            shared.inflight.lock().expect("inflight lock").remove(&c.id);
+            return;
+        }
+        let policy = flow.policy(idx);
+        let ctx = StepCtx {
+            job_id: c.id,
+            kind: c.kind.clone(),
+            subject: c.subject.clone(),
+            input: c.input.clone(),
+            outputs: c.outputs.clone(),
+            step: steps[idx],
+            step_index: idx,
+            attempt: (c.attempt - c.attempt_floor).max(1) as u32,
+            waited: c.step_waited,
+            poll_deadline: c.poll_deadline,
+            approved_by: c.approved_by.clone(),
+            cancel: cancel.clone(),
+        };
+        let poll_expired = ctx.poll_expired();
+        let span = tracing::info_span!("step", job = c.id, kind = %c.kind, subject = %c.subject, step = steps[idx], attempt = c.attempt);
+        let Some(t) = run_step(flow.clone(), idx, ctx, policy.timeout, &cancel).await else {
+            tracing::info!(parent: &span, "step stopped: the job was cancelled or the lease lost");
+            return;
+        };
+        match &t {
+            Transition::Done(_) => shared.stats.steps_done.fetch_add(1, Relaxed),
+            Transition::Retry(_) => shared.stats.steps_retried.fetch_add(1, Relaxed),
+            Transition::Fail(_) => shared.stats.steps_failed.fetch_add(1, Relaxed),
+            _ => 0,
+        };
+        let situation = Situation {
+            claimed: &c,
+            steps,
+            policy,
+            lease: shared.cfg.lease,
+            continue_here: !shared.stopping.is_cancelled(),
+            poll_expired,
+            jitter: fastrand::f64(),
+        };
+        let write = decide(&situation, t);
+        let (reply, accepted) = oneshot::channel();
+        let next = (write.new_state == "running").then(|| (write.new_step_index, write.step, write.output.clone()));
+        if let Some(err) = &write.error {
+            tracing::info!(parent: &span, outcome = write.outcome, error = %err, "step finished");
+        } else {
+            tracing::debug!(parent: &span, outcome = write.outcome, "step finished");
+        }
+        if writes.send((write, reply)).await.is_err() || !accepted.await.unwrap_or(false) {
+            shared.stats.reclaimed_writes_refused.fetch_add(1, Relaxed);
+            tracing::warn!(parent: &span, "result refused: the job was cancelled or another worker holds it now");
+            return;
+        }
+        let Some((new_index, done_step, output)) = next else { return };
+        // The result is committed and the lease extended: go on with the next step here.
+        c.outputs.insert(done_step.to_string(), output.unwrap_or_default());
+        c.step_index = new_index;
+        c.attempt = 1;
+        c.attempt_floor = 0;
+        c.step_waited = false;
+        c.poll_deadline = None;
+        c.approved_by = None;
+        match shared.inflight.lock().expect("inflight lock").get(&c.id) {
+            Some(f) => cancel = f.cancel.clone(),
+            None => return,
+        }
+    }
+}
+
+/// Runs one attempt in its own task, so a panic becomes a retryable error and a cancelled job
+/// stops the step. `None` when the step was stopped.
+async fn run_step(
+    flow: Arc<dyn Flow>,
+    idx: usize,
+    ctx: StepCtx,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Option<Transition> {
+    let step = ctx.step;
+    let mut handle = tokio::spawn(async move { flow.run(idx, &ctx).await });
+    tokio::select! {
+        r = tokio::time::timeout(timeout, &mut handle) => Some(match r {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) if e.is_panic() => {
+                let p = e.into_panic();
+                let msg = p.downcast_ref::<&str>().map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Transition::Retry(format!("step {step} panicked: {msg}"))
+            }
+            Ok(Err(_)) => Transition::Retry(format!("step {step} was aborted")),
+            Err(_) => {
+                handle.abort();
+                Transition::Retry(format!("step {step} timed out after {timeout:?}"))
+            }
+        }),
+        _ = cancel.cancelled() => {
+            handle.abort();
+            None
+        }
+    }
+}
+
+/// Writes results in batches: whatever steps finished while the last batch was being written.
+/// Ends when every sender is gone.
+async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite, oneshot::Sender<bool>)>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let writes: Vec<StepWrite> = batch.iter().map(|(w, _)| w.clone()).collect();
+        let accepted = write_with_retry(&s, &writes).await;
+        {
+            let mut map = s.inflight.lock().expect("inflight lock");
+            for w in &writes {
+                if accepted.contains(&w.id) && w.new_state == "running" {
+                    if let Some(f) = map.get_mut(&w.id) {
+                        f.step_index = w.new_step_index;
+                        f.attempt = 1;
+                    }
+                } else {
+                    map.remove(&w.id);
+                }
+            }
+        }
+        // A retry or timer written here may be due before the claimer's next look: let it recompute.
+        if writes.iter().any(|w| matches!(w.new_state, "pending" | "waiting")) {
+            s.wake.notify_one();
+        }
+        for (w, reply) in batch.drain(..) {
+            let _ = reply.send(accepted.contains(&w.id));
+        }
+    }
+}
+
+/// A result is worth retrying while the lease could still hold; after that it would be refused.
+async fn write_with_retry(s: &Shared, writes: &[StepWrite]) -> Vec<i64> {
+    let deadline = tokio::time::Instant::now() + s.cfg.lease;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match store::write_results(&s.pool, &s.cfg.id, writes).await {
+            Ok(ids) => return ids,
+            Err(e) => {
+                s.stats.db_errors.fetch_add(1, Relaxed);
+                if tokio::time::Instant::now() + pause > deadline {
+                    tracing::error!(error = %e, steps = writes.len(), "could not write step results; their leases will expire and the steps run again");
+                    return vec![];
+                }
+                tracing::warn!(error = %e, "writing step results failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Renews the leases of running steps; stops steps whose job was cancelled or taken over.
+async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
+    let every = shared.cfg.lease / 3;
+    loop {
+        tokio::select! { _ = tokio::time::sleep(every) => {}, _ = stop.cancelled() => return }
+        let held: Vec<(i64, i32, i32)> = {
+            let map = shared.inflight.lock().expect("inflight lock");
+            map.iter().map(|(id, f)| (*id, f.step_index, f.attempt)).collect()
+        };
+        if held.is_empty() {
+            continue;
+        }
+        match store::renew(&shared.pool, &shared.cfg.id, shared.cfg.lease, &held).await {
+            Ok(lost) => {
+                let map = shared.inflight.lock().expect("inflight lock");
+                for id in lost {
+                    if let Some(f) = map.get(&id) {
+                        shared.stats.leases_lost.fetch_add(1, Relaxed);
+                        tracing::warn!(job = id, "lost the lease (cancelled or taken over): stopping the step");
+                        f.cancel.cancel();
+                    }
+                }
+            }
+            Err(e) => {
+                shared.stats.db_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "lease renewal failed");
+            }
+        }
+    }
+}
+
+/// LISTEN for new work and cancellations; reconnects by itself.
+async fn listen(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        let mut listener = match PgListener::connect_with(&shared.pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "LISTEN connection failed; polling meanwhile");
+                tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => continue, _ = stop.cancelled() => return }
+            }
+        };
+        if let Err(e) = listener.listen_all([NOTIFY_JOBS, NOTIFY_CANCEL]).await {
+            tracing::warn!(error = %e, "LISTEN failed; polling meanwhile");
+            tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => continue, _ = stop.cancelled() => return }
+        }
+        shared.wake.notify_one();
+        loop {
+            let n = tokio::select! { n = listener.recv() => n, _ = stop.cancelled() => return };
+            match n {
+                Ok(n) if n.channel() == NOTIFY_CANCEL => {
+                    let id: i64 = n.payload().parse().unwrap_or(-1);
+                    if let Some(f) = shared.inflight.lock().expect("inflight lock").get(&id) {
+                        f.cancel.cancel();
+                    }
+                }
+                Ok(_) => shared.wake.notify_one(),
+                Err(e) => {
+                    // sqlx reconnects on the next recv; notifications may have been missed meanwhile
+                    tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                    shared.wake.notify_one();
+                }
+            }
+        }
+    }
+}

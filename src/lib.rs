@@ -1,0 +1,52 @@
+//! onramp: onboarding and offboarding for a multi-tenant Slurm GPU cluster, driven by Authentik.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod dev;
+pub mod devpg;
+pub mod engine;
+pub mod flows;
+pub mod http;
+pub mod serve;
+pub mod telemetry;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+
+/// Runs a parsed command line; errors are printed as one line.
+pub fn run(cli: Cli) -> ExitCode {
+    if let Err(e) = telemetry::init(&cli.log, cli.log_format) {
+        eprintln!("onramp: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("onramp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Migrate(a) => {
+                let pool = db::connect(&a.database_url, 2).await?;
+                db::migrate(&pool).await?;
+                eprintln!("onramp: migrations applied to {}", db::describe(&a.database_url));
+                Ok(())
+            }
+            Command::Serve(a) => serve::serve(a).await,
+            Command::Dev(a) => dev::dev(a).await,
+            Command::Jobs(a) => admin::jobs(a).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("onramp: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

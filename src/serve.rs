@@ -1,0 +1,95 @@
+//! `onramp serve`: the roles of one process (api, worker, both), joined under one shutdown.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{Role, ServeArgs, WorkerArgs};
+use crate::config::Secret;
+use crate::engine::{Engine, WorkerConfig, WorkerStats};
+use crate::{db, flows, http};
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, args.db.db_pool_size).await?;
+    if args.migrate {
+        db::migrate(&pool).await?;
+    }
+    let engine = Engine::new(pool, flows::registry());
+    let listener = match args.role {
+        Role::Worker => None,
+        _ => Some(
+            TcpListener::bind(args.http.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.http.listen))?,
+        ),
+    };
+    let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
+    run(engine, listener, args.http.api_token, worker, shutdown_on_signal()).await
+}
+
+pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
+    WorkerConfig {
+        id: w.worker_id.clone().unwrap_or_else(default_worker_id),
+        concurrency: usize::from(w.worker_concurrency),
+        lease: w.lease,
+        poll_interval: w.poll_interval,
+        shutdown_grace: w.shutdown_grace,
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "onramp".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Runs the HTTP server (when given a listener) and a worker (when given a config) until
+/// `shutdown` is cancelled; then both drain.
+pub async fn run(
+    engine: Engine,
+    listener: Option<TcpListener>,
+    api_token: Option<Secret>,
+    worker: Option<WorkerConfig>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let stats = Arc::new(WorkerStats::default());
+    let http = listener.map(|l| {
+        let state = http::AppState { engine: engine.clone(), stats: stats.clone(), api_token };
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!(%addr, "HTTP listening");
+        }
+        tokio::spawn(http::serve(l, state, shutdown.clone()))
+    });
+    let worker = worker.map(|cfg| {
+        let (engine, stats, shutdown) = (engine.clone(), stats.clone(), shutdown.clone());
+        tokio::spawn(async move { engine.run_worker(cfg, stats, shutdown).await })
+    });
+    if let Some(h) = http {
+        h.await?.context("HTTP server")?;
+    }
+    if let Some(w) = worker {
+        w.await?.context("worker")?;
+    }
+    Ok(())
+}
+
+/// A token cancelled at SIGTERM or Ctrl-C.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+        }
+        tracing::info!("shutting down: no new work is claimed; running steps may finish");
+        t.cancel();
+    });
+    token
+}
