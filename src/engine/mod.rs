@@ -25,6 +25,12 @@ pub use policy::RetryPolicy;
 pub use store::{Enqueued, NewJob};
 pub use worker::{WorkerConfig, WorkerStats};
 
+/// The fenced result write, exposed so tests can play a worker that lost its lease.
+#[doc(hidden)]
+pub mod fencing {
+    pub use super::store::{StepWrite, write_results};
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("database: {0}")]

@@ -218,7 +218,7 @@ pub(crate) async fn claim(
 
 /// The result of one attempt, as the worker decided it.
 #[derive(Clone, Debug)]
-pub(crate) struct StepWrite {
+pub struct StepWrite {
     pub id: i64,
     pub step_index: i32,
     pub attempt: i32,
@@ -238,7 +238,7 @@ pub(crate) struct StepWrite {
 /// Writes results of many attempts in one statement. Each write is fenced by the attempt it
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
-pub(crate) async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
+pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
     let closes = writes.iter().any(|w| matches!(w.new_state, "succeeded" | "failed"));
     let ids = sqlx::query_scalar(
         "with v as (
@@ -372,7 +372,7 @@ pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]
 /// The next moment something becomes due in the future (a timer, a backoff, a lease expiry).
 pub(crate) async fn next_due(pool: &PgPool) -> Result<Option<Duration>, EngineError> {
     let ms: Option<f64> = sqlx::query_scalar(
-        "select extract(epoch from min(run_at) - now()) * 1000 from jobs
+        "select (extract(epoch from min(run_at) - now()) * 1000)::float8 from jobs
          where state in ('pending', 'waiting', 'running') and run_at > now()",
     )
     .fetch_one(pool)

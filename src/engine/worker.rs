@@ -174,7 +174,11 @@ async fn claim_loop(
         // Nothing more is due now: sleep until the next timer, a notification, or the poll interval.
         let until = match store::next_due(&shared.pool).await {
             Ok(Some(d)) => d.min(shared.cfg.poll_interval),
-            _ => shared.cfg.poll_interval,
+            Ok(None) => shared.cfg.poll_interval,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking up the next due time failed");
+                shared.cfg.poll_interval
+            }
         };
         tokio::select! {
             _ = shared.wake.notified() => {}

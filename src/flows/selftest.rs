@@ -1,6 +1,6 @@
 //! `selftest`: a flow with no external effects, for checking a deployment's engine end to end
 //! (and for the engine's process-level tests). Its input says how it should behave:
-//! `{"sleep_ms": 0, "wait_ms": 0, "fail_attempts": 0, "block": false, "approval": false}`.
+//! `{"sleep_ms": 0, "wait_ms": 0, "fail_attempts": 0, "block_attempts": 0, "approval": false}`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,8 +32,8 @@ struct Input {
     wait_ms: u64,
     /// The first attempts of `work` fail with a retryable error.
     fail_attempts: u32,
-    /// `work` never finishes by itself (until cancelled or its process dies).
-    block: bool,
+    /// The first attempts of `work` never finish by themselves (until cancelled or the process dies).
+    block_attempts: u32,
     /// `finish` needs approval.
     approval: bool,
 }
@@ -79,7 +79,7 @@ impl Flow for SelfTest {
                         return Transition::Retry(format!("selftest: injected failure {}", ctx.attempt));
                     }
                     let started_ms = now_ms();
-                    if input.block {
+                    if ctx.attempt <= input.block_attempts {
                         std::future::pending::<()>().await;
                     }
                     tokio::time::sleep(Duration::from_millis(input.sleep_ms)).await;

@@ -1,0 +1,164 @@
+//! Test helpers: a fresh database per test (dropped afterwards), polling with deadlines,
+//! workers in the test process and `onramp` child processes.
+
+use std::future::Future;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onramp::engine::{Engine, Job, Registry, StepRun, WorkerConfig, WorkerStats};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The server tests create their databases on (trust auth, a role allowed to create databases).
+pub fn admin_url() -> String {
+    std::env::var("ONRAMP_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let admin = admin_url();
+        let name = format!("onramp_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("tests need PostgreSQL at {admin} (ONRAMP_TEST_DATABASE_URL): {e}"));
+        sqlx::query(&format!("create database {name}")).execute(&mut conn).await.unwrap();
+        let url = match admin.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => panic!("ONRAMP_TEST_DATABASE_URL must name a database"),
+        };
+        let pool = PgPoolOptions::new().max_connections(20).connect(&url).await.unwrap();
+        onramp::db::migrate(&pool).await.unwrap();
+        Self { name, url, pool }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: use a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(mut c) = PgConnection::connect(&admin_url()).await {
+                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut c).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Polls `check` until it returns Some, or panics with `what` after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > end {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn wait_state(engine: &Engine, id: i64, state: &str, deadline: Duration) -> Job {
+    eventually(deadline, &format!("job {id} to be {state}"), || async {
+        let j = engine.job(id).await.unwrap();
+        (j.state == state).then_some(j)
+    })
+    .await
+}
+
+pub async fn runs(engine: &Engine, id: i64) -> Vec<StepRun> {
+    engine.step_runs(id).await.unwrap()
+}
+
+pub fn worker_config(id: &str, lease: Duration) -> WorkerConfig {
+    WorkerConfig {
+        id: id.into(),
+        concurrency: 16,
+        lease,
+        poll_interval: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+/// A worker inside the test process.
+pub struct TestWorker {
+    pub stop: CancellationToken,
+    pub handle: JoinHandle<()>,
+}
+
+impl TestWorker {
+    pub fn start(engine: &Engine, cfg: WorkerConfig) -> Self {
+        let stop = CancellationToken::new();
+        let stats = Arc::new(WorkerStats::default());
+        let (e, st, s) = (engine.clone(), stats, stop.clone());
+        let handle = tokio::spawn(async move { e.run_worker(cfg, st, s).await.unwrap() });
+        Self { stop, handle }
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("worker stops").unwrap();
+    }
+}
+
+pub fn engine(db: &TestDb, registry: Registry) -> Engine {
+    Engine::new(db.pool.clone(), registry)
+}
+
+/// `onramp serve --role worker` as a child process against the test database.
+pub fn spawn_worker_process(db: &TestDb, id: &str, lease: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_onramp"))
+        .args(["serve", "--role", "worker", "--worker-id", id, "--lease", lease, "--poll-interval", "1s"])
+        .args(extra)
+        .env("DATABASE_URL", &db.url)
+        .env("ONRAMP_LOG", "warn")
+        .env_remove("ONRAMP_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn onramp")
+}
+
+/// Waits until the worker process has its LISTEN connection up (it is then ready to claim).
+pub async fn wait_listening(db: &TestDb, processes: i64) {
+    eventually(Duration::from_secs(20), "worker processes to LISTEN", || async {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (n >= processes).then_some(())
+    })
+    .await
+}
+
+pub fn signal(child: &Child, sig: &str) {
+    let pid = child.id().expect("child is running").to_string();
+    let ok = std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+pub async fn db_now(pool: &PgPool) -> time::OffsetDateTime {
+    sqlx::query_scalar("select now()").fetch_one(pool).await.unwrap()
+}
