@@ -7,8 +7,10 @@ pub mod db;
 pub mod dev;
 pub mod devpg;
 pub mod engine;
+pub mod exec;
 pub mod flows;
 pub mod http;
+pub mod names;
 pub mod serve;
 pub mod telemetry;
 
