@@ -229,12 +229,6 @@ async fn run_job(
             tracing::info!(parent: &span, "step stopped: the job was cancelled or the lease lost");
             return;
         };
-        match &t {
-            Transition::Done(_) => shared.stats.steps_done.fetch_add(1, Relaxed),
-            Transition::Retry(_) => shared.stats.steps_retried.fetch_add(1, Relaxed),
-            Transition::Fail(_) => shared.stats.steps_failed.fetch_add(1, Relaxed),
-            _ => 0,
-        };
         let situation = Situation {
             claimed: &c,
             steps,
@@ -245,6 +239,12 @@ async fn run_job(
             jitter: fastrand::f64(),
         };
         let write = decide(&situation, t);
+        match write.outcome {
+            "done" => shared.stats.steps_done.fetch_add(1, Relaxed),
+            "retry" => shared.stats.steps_retried.fetch_add(1, Relaxed),
+            "fail" => shared.stats.steps_failed.fetch_add(1, Relaxed),
+            _ => 0,
+        };
         let (reply, accepted) = oneshot::channel();
         let next = (write.new_state == "running").then(|| (write.new_step_index, write.step, write.output.clone()));
         if let Some(err) = &write.error {
