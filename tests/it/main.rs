@@ -6,3 +6,4 @@ mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
 mod http_api;
+mod http_matrix;
