@@ -72,15 +72,15 @@ async fn create(
         .map(TenantName::parse)
         .transpose()
         .map_err(|e| Problem::bad_request(e.to_string()))?;
-    if let Some(own) = &p.tenant {
-        if tenant.as_ref().map(TenantName::as_str) != Some(own.as_str()) {
-            return Err(Problem::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "Forbidden",
-                format!("this token manages tokens of tenant {own} only"),
-            ));
-        }
+    if let Some(own) = &p.tenant
+        && tenant.as_ref().map(TenantName::as_str) != Some(own.as_str())
+    {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "Forbidden",
+            format!("this token manages tokens of tenant {own} only"),
+        ));
     }
     let expires_at = match b.expires_in.as_deref() {
         Some(d) => {

@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod dashboard;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;

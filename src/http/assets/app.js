@@ -142,7 +142,9 @@ async function jobView(id) {
       el("dl", {},
         el("dt", {}, "Subject"), el("dd", {}, job.subject),
         el("dt", {}, "Step"), el("dd", { "data-testid": "current-step" }, `${job.step} (attempt ${job.attempt})`),
-        el("dt", {}, job.state === "running" ? "Lease until" : "Due"), el("dd", {}, `${job.run_at} (${ago(job.run_at)})`),
+        CLOSED.includes(job.state) || job.state === "failed"
+          ? [el("dt", {}, "Finished"), el("dd", {}, job.finished_at ? `${job.finished_at} (${ago(job.finished_at)})` : "")]
+          : [el("dt", {}, job.state === "running" ? "Lease until" : "Due"), el("dd", {}, `${job.run_at} (${ago(job.run_at)})`)],
         el("dt", {}, "Created"), el("dd", {}, `${job.created_at} by ${job.created_by}`),
         job.approved_by ? [el("dt", {}, "Approved by"), el("dd", {}, job.approved_by)] : [],
         job.last_error ? [el("dt", {}, "Last error"), el("dd", { class: "error", "data-testid": "last-error" }, job.last_error)] : []),
