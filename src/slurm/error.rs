@@ -23,7 +23,8 @@ pub enum SlurmError {
     UnknownTres { cmd: String, detail: String },
     #[error("{cmd}: unknown QOS: {detail}")]
     UnknownQos { cmd: String, detail: String },
-    /// Jobs of the subject are pending or running; cancel or drain them first.
+    /// Jobs of the subject are pending or running; cancel or drain them first. Retryable: the
+    /// refusal holds only until the jobs end (flows drain before deleting).
     #[error("refused: {what} has active jobs ({})", jobs.join(", "))]
     JobsActive { what: String, jobs: Vec<String> },
     /// The name is taken by something onramp must not change (e.g. an account under another parent).
@@ -53,7 +54,8 @@ impl SlurmError {
             SlurmError::Transport { source, .. } => {
                 matches!(source, TransportError::Timeout { .. } | TransportError::Transient(_))
             }
-            SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } => true,
+            // Jobs end (or slurmdbd learns that they ended) without anyone acting on onramp's side.
+            SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } | SlurmError::JobsActive { .. } => true,
             _ => false,
         }
     }

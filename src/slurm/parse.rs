@@ -218,7 +218,7 @@ pub fn jobs(cmd: &str, stdout: &str) -> Result<Vec<Job>, SlurmError> {
 pub fn config(stdout: &str) -> BTreeMap<String, String> {
     stdout
         .lines()
-        .filter_map(|l| l.split_once(" = "))
+        .filter_map(|l| l.split_once('='))
         .map(|(k, v)| {
             let v = v.trim();
             (k.trim().to_string(), if v == "(null)" { String::new() } else { v.to_string() })
