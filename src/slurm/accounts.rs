@@ -130,7 +130,7 @@ impl SlurmCli {
 
     /// The account and its descendants on this cluster, and whether any of them has
     /// associations on another cluster too.
-    async fn subtree(&self, account: &SlurmAccount) -> Result<(Vec<String>, bool), SlurmError> {
+    pub(super) async fn subtree(&self, account: &SlurmAccount) -> Result<(Vec<String>, bool), SlurmError> {
         let cmd = command::show_all_assocs();
         let all = parse::assocs(&cmd.to_string(), &self.read(&cmd).await?)?;
         let here = |a: &&Association| a.cluster == self.cluster.as_str() && a.user.is_empty() && a.partition.is_empty();

@@ -51,9 +51,33 @@ impl SlurmCli {
         o
     }
 
-    pub(super) async fn jobs_of(&self, scope: &JobScope) -> Result<Vec<Job>, SlurmError> {
-        let cmd = command::squeue(scope);
+    /// An account scope is the account and every account below it: jobs are charged to the
+    /// team accounts, and squeue/scancel `--account=tenant` would not see them.
+    async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {
+        let JobScope::Account(a) = scope else { return Ok(vec![]) };
+        let (tree, _) = self.subtree(a).await?;
+        let mut accounts: Vec<SlurmAccount> = tree.iter().filter_map(|n| SlurmAccount::parse(n).ok()).collect();
+        if accounts.is_empty() {
+            accounts.push(a.clone());
+        }
+        Ok(accounts)
+    }
+
+    fn who<'a>(scope: &'a JobScope, accounts: &'a [SlurmAccount]) -> command::Who<'a> {
+        match scope {
+            JobScope::User(u) => command::Who::User(u),
+            JobScope::Account(_) => command::Who::Accounts(accounts),
+        }
+    }
+
+    async fn squeue(&self, who: &command::Who<'_>) -> Result<Vec<Job>, SlurmError> {
+        let cmd = command::squeue(who);
         parse::jobs(&cmd.to_string(), &self.read(&cmd).await?)
+    }
+
+    pub(super) async fn jobs_of(&self, scope: &JobScope) -> Result<Vec<Job>, SlurmError> {
+        let accounts = self.accounts_of(scope).await?;
+        self.squeue(&Self::who(scope, &accounts)).await
     }
 
     /// Jobs in any of the accounts, optionally of one user only (by name, as squeue shows it).
@@ -62,19 +86,24 @@ impl SlurmCli {
         if accounts.is_empty() {
             return Ok(vec![]);
         }
-        let cmd = command::squeue_accounts(accounts);
-        let jobs = parse::jobs(&cmd.to_string(), &self.read(&cmd).await?)?;
+        let jobs = self.squeue(&command::Who::Accounts(accounts)).await?;
         Ok(jobs.into_iter().filter(|j| user.is_none_or(|u| j.user == u.as_str())).collect())
     }
 
     async fn cancel(&self, scope: &JobScope, pending_only: bool) -> Result<Cancelled, SlurmError> {
         let targeted = |j: &Job| !pending_only || j.state == JobState::Pending;
-        let before: Vec<Job> = self.jobs_of(scope).await?.into_iter().filter(targeted).collect();
+        let accounts = self.accounts_of(scope).await?;
+        let who = Self::who(scope, &accounts);
+        let before: Vec<Job> = self.squeue(&who).await?.into_iter().filter(targeted).collect();
         if before.is_empty() {
             return Ok(Cancelled::default());
         }
-        self.write(&command::scancel(scope, pending_only)).await?;
-        let after = self.jobs_of(scope).await?;
+        let ids: Vec<&str> = before.iter().map(|j| j.id.as_str()).collect();
+        if let Some(bad) = ids.iter().find(|i| !command::is_job_id(i)) {
+            return Err(SlurmError::Parse { cmd: "squeue".into(), line: bad.to_string(), why: "not a job id".into() });
+        }
+        self.write(&command::scancel(&who, &ids, pending_only)).await?;
+        let after = self.squeue(&who).await?;
         let still: BTreeSet<&str> = after.iter().filter(|j| targeted(j)).map(|j| j.id.as_str()).collect();
         let cancelled = before.iter().filter(|j| !still.contains(j.id.as_str())).map(|j| j.id.clone()).collect();
         if pending_only {

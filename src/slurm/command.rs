@@ -2,7 +2,7 @@
 //! typed limits; nothing here runs anything.
 
 use super::parse::{ASSOC_FORMAT, SQUEUE_FORMAT};
-use super::types::{HostPath, JobScope};
+use super::types::HostPath;
 use crate::exec::Command;
 use crate::names::{ClusterName, SlurmAccount, Username};
 
@@ -133,31 +133,40 @@ pub fn delete_accounts(cluster: Option<&ClusterName>, names: &[SlurmAccount]) ->
     }
 }
 
-fn scope_arg(scope: &JobScope) -> String {
-    match scope {
-        JobScope::User(u) => format!("--user={u}"),
-        JobScope::Account(a) => format!("--account={a}"),
+/// Whose jobs, as squeue and scancel take it: a user, or a list of accounts (squeue and scancel
+/// match the job's own account only, so a tenant's scope lists its sub-accounts).
+pub enum Who<'a> {
+    User(&'a Username),
+    Accounts(&'a [SlurmAccount]),
+}
+
+fn who_arg(who: &Who) -> String {
+    match who {
+        Who::User(u) => format!("--user={u}"),
+        Who::Accounts(a) => format!("--account={}", list(a)),
     }
 }
 
 /// Jobs slurmctld still knows (pending, running, completing, …).
-pub fn squeue(scope: &JobScope) -> Command {
-    Command::new("squeue").args(["--noheader".to_string(), format!("--format={SQUEUE_FORMAT}"), scope_arg(scope)])
+pub fn squeue(who: &Who) -> Command {
+    Command::new("squeue").args(["--noheader".to_string(), format!("--format={SQUEUE_FORMAT}"), who_arg(who)])
 }
 
-/// Jobs of any of `accounts` (then filtered by user where needed).
-pub fn squeue_accounts(accounts: &[SlurmAccount]) -> Command {
-    Command::new("squeue").args([
-        "--noheader".to_string(),
-        format!("--format={SQUEUE_FORMAT}"),
-        format!("--account={}", list(accounts)),
-    ])
-}
-
-pub fn scancel(scope: &JobScope, pending_only: bool) -> Command {
+/// Cancels a user's jobs (`--user`), or jobs by id: scancel's `--account` takes one account
+/// only (a list cancels nothing, silently), so an account tree's jobs go by the ids squeue listed.
+/// Ids must be squeue's (`123`, `123_4`, `123_[5-9]`).
+pub fn scancel(who: &Who, ids: &[&str], pending_only: bool) -> Command {
     let c = Command::new("scancel");
     let c = if pending_only { c.arg("--state=PENDING") } else { c };
-    c.arg(scope_arg(scope))
+    match who {
+        Who::User(u) => c.arg(format!("--user={u}")),
+        Who::Accounts(_) => c.arg("--").args(ids.iter().map(|i| i.to_string())),
+    }
+}
+
+/// A job id as squeue prints it.
+pub fn is_job_id(id: &str) -> bool {
+    id.starts_with(|c: char| c.is_ascii_digit()) && id.chars().all(|c| c.is_ascii_digit() || "_[]-,".contains(c))
 }
 
 pub fn archive_dump(dir: &HostPath) -> Command {
@@ -201,10 +210,14 @@ mod tests {
 
     #[test]
     fn job_commands() {
-        let u = JobScope::User(Username::parse("alice").unwrap());
+        let alice = Username::parse("alice").unwrap();
+        let u = Who::User(&alice);
         assert_eq!(squeue(&u).to_string(), "squeue --noheader '--format=%i|%u|%a|%T|%r' --user=alice");
-        assert_eq!(scancel(&u, true).argv(), ["scancel", "--state=PENDING", "--user=alice"]);
-        let t = JobScope::Account(SlurmAccount::parse("tenant-foo").unwrap());
-        assert_eq!(scancel(&t, false).argv(), ["scancel", "--account=tenant-foo"]);
+        assert_eq!(scancel(&u, &[], true).argv(), ["scancel", "--state=PENDING", "--user=alice"]);
+        let accounts = [SlurmAccount::parse("tenant-foo").unwrap(), SlurmAccount::parse("ml-team-foo").unwrap()];
+        let t = Who::Accounts(&accounts);
+        assert_eq!(squeue(&t).argv()[3], "--account=tenant-foo,ml-team-foo");
+        assert_eq!(scancel(&t, &["12", "13_[1-4]"], false).argv(), ["scancel", "--", "12", "13_[1-4]"]);
+        assert!(is_job_id("13_[1-4]") && !is_job_id("-1") && !is_job_id("1;x") && !is_job_id(""));
     }
 }

@@ -64,7 +64,8 @@ pub trait Slurm: Send + Sync {
     /// Lifts the block: GrpJobs to `grp_jobs`, GrpSubmitJobs cleared.
     fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured>;
 
-    /// Jobs slurmctld still knows (pending, running, completing…).
+    /// Jobs slurmctld still knows (pending, running, completing…). An account's scope includes
+    /// every account below it (a tenant's jobs are charged to its teams).
     fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>>;
     /// `scancel --state=PENDING`; running jobs are left alone.
     fn cancel_pending<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled>;

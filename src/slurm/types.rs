@@ -303,7 +303,7 @@ pub struct Job {
     pub reason: String,
 }
 
-/// Whose jobs.
+/// Whose jobs: a user's (on any account), or an account's and its sub-accounts'.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobScope {

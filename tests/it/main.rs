@@ -5,3 +5,4 @@ mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
 mod cli;
+mod slurm;
