@@ -18,10 +18,23 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
     let out = match args.action {
         JobsAction::List { state, limit } => {
-            let state = state.as_deref().map(str::parse::<JobState>).transpose().map_err(anyhow::Error::msg)?;
-            let jobs = engine.list(&JobFilter { state, limit, ..Default::default() }).await?;
+            let state = state
+                .as_deref()
+                .map(str::parse::<JobState>)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let jobs = engine
+                .list(&JobFilter {
+                    state,
+                    limit,
+                    ..Default::default()
+                })
+                .await?;
             for j in &jobs {
-                println!("{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})", j.id, j.state, j.kind, j.subject, j.step, j.attempt);
+                println!(
+                    "{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})",
+                    j.id, j.state, j.kind, j.subject, j.step, j.attempt
+                );
             }
             return Ok(());
         }
@@ -30,11 +43,16 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
             "steps": engine.step_runs(id).await?,
             "events": engine.events(id).await?,
         }),
-        JobsAction::Cancel { id, reason } => json!(engine.cancel(id, &actor, reason.as_deref()).await?),
+        JobsAction::Cancel { id, reason } => {
+            json!(engine.cancel(id, &actor, reason.as_deref()).await?)
+        }
         JobsAction::Retry { id } => json!(engine.retry(id, &actor).await?),
         JobsAction::Approve { id } => json!(engine.approve(id, &actor).await?),
     };
-    println!("{}", serde_json::to_string_pretty(&out).context("printing")?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).context("printing")?
+    );
     Ok(())
 }
 
@@ -42,16 +60,32 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
     let cluster = ClusterName::parse(&args.slurm.slurm_cluster)?;
     let slurm = SlurmCli::new(Arc::new(Local), cluster).with_timeout(args.slurm.slurm_timeout);
-    let cgroup = args.cgroup_conf.as_deref().map(HostPath::parse).transpose()?;
-    let report = slurm::doctor::doctor(&slurm, cgroup).await.context("reading the Slurm configuration")?;
+    let cgroup = args
+        .cgroup_conf
+        .as_deref()
+        .map(HostPath::parse)
+        .transpose()?;
+    let report = slurm::doctor::doctor(&slurm, cgroup)
+        .await
+        .context("reading the Slurm configuration")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).context("printing")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("printing")?
+        );
     } else {
         print!("{}", slurm::doctor::render(&report));
     }
     if report.cluster != args.slurm.slurm_cluster {
-        eprintln!("onramp: slurmctld serves cluster {:?}, onramp is set up for {:?} (ONRAMP_SLURM_CLUSTER)", report.cluster, args.slurm.slurm_cluster);
+        eprintln!(
+            "onramp: slurmctld serves cluster {:?}, onramp is set up for {:?} (ONRAMP_SLURM_CLUSTER)",
+            report.cluster, args.slurm.slurm_cluster
+        );
         return Ok(std::process::ExitCode::FAILURE);
     }
-    Ok(if report.ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+    Ok(if report.ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

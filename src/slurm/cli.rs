@@ -20,7 +20,11 @@ pub struct SlurmCli {
 
 impl SlurmCli {
     pub fn new(transport: Arc<dyn Transport>, cluster: ClusterName) -> Self {
-        Self { transport, cluster, timeout: Duration::from_secs(60) }
+        Self {
+            transport,
+            cluster,
+            timeout: Duration::from_secs(60),
+        }
     }
 
     /// How long one command may take (default 60 s).
@@ -34,7 +38,10 @@ impl SlurmCli {
         self.transport
             .run(cmd, self.timeout)
             .await
-            .map_err(|source| SlurmError::Transport { cmd: cmd.to_string(), source })
+            .map_err(|source| SlurmError::Transport {
+                cmd: cmd.to_string(),
+                source,
+            })
     }
 
     /// A read: the rows on stdout.
@@ -54,9 +61,14 @@ impl SlurmCli {
     /// An account scope is the account and every account below it: jobs are charged to the
     /// team accounts, and squeue/scancel `--account=tenant` would not see them.
     async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {
-        let JobScope::Account(a) = scope else { return Ok(vec![]) };
+        let JobScope::Account(a) = scope else {
+            return Ok(vec![]);
+        };
         let (tree, _) = self.subtree(a).await?;
-        let mut accounts: Vec<SlurmAccount> = tree.iter().filter_map(|n| SlurmAccount::parse(n).ok()).collect();
+        let mut accounts: Vec<SlurmAccount> = tree
+            .iter()
+            .filter_map(|n| SlurmAccount::parse(n).ok())
+            .collect();
         if accounts.is_empty() {
             accounts.push(a.clone());
         }
@@ -82,32 +94,61 @@ impl SlurmCli {
 
     /// Jobs in any of the accounts, optionally of one user only (by name, as squeue shows it).
     /// Asking by account works for users the host cannot resolve.
-    pub(super) async fn jobs_in(&self, accounts: &[SlurmAccount], user: Option<&Username>) -> Result<Vec<Job>, SlurmError> {
+    pub(super) async fn jobs_in(
+        &self,
+        accounts: &[SlurmAccount],
+        user: Option<&Username>,
+    ) -> Result<Vec<Job>, SlurmError> {
         if accounts.is_empty() {
             return Ok(vec![]);
         }
         let jobs = self.squeue(&command::Who::Accounts(accounts)).await?;
-        Ok(jobs.into_iter().filter(|j| user.is_none_or(|u| j.user == u.as_str())).collect())
+        Ok(jobs
+            .into_iter()
+            .filter(|j| user.is_none_or(|u| j.user == u.as_str()))
+            .collect())
     }
 
     async fn cancel(&self, scope: &JobScope, pending_only: bool) -> Result<Cancelled, SlurmError> {
         let targeted = |j: &Job| !pending_only || j.state == JobState::Pending;
         let accounts = self.accounts_of(scope).await?;
         let who = Self::who(scope, &accounts);
-        let before: Vec<Job> = self.squeue(&who).await?.into_iter().filter(targeted).collect();
+        let before: Vec<Job> = self
+            .squeue(&who)
+            .await?
+            .into_iter()
+            .filter(targeted)
+            .collect();
         if before.is_empty() {
             return Ok(Cancelled::default());
         }
         let ids: Vec<&str> = before.iter().map(|j| j.id.as_str()).collect();
         if let Some(bad) = ids.iter().find(|i| !command::is_job_id(i)) {
-            return Err(SlurmError::Parse { cmd: "squeue".into(), line: bad.to_string(), why: "not a job id".into() });
+            return Err(SlurmError::Parse {
+                cmd: "squeue".into(),
+                line: bad.to_string(),
+                why: "not a job id".into(),
+            });
         }
-        self.write(&command::scancel(&who, &ids, pending_only)).await?;
+        self.write(&command::scancel(&who, &ids, pending_only))
+            .await?;
         let after = self.squeue(&who).await?;
-        let still: BTreeSet<&str> = after.iter().filter(|j| targeted(j)).map(|j| j.id.as_str()).collect();
-        let cancelled = before.iter().filter(|j| !still.contains(j.id.as_str())).map(|j| j.id.clone()).collect();
+        let still: BTreeSet<&str> = after
+            .iter()
+            .filter(|j| targeted(j))
+            .map(|j| j.id.as_str())
+            .collect();
+        let cancelled = before
+            .iter()
+            .filter(|j| !still.contains(j.id.as_str()))
+            .map(|j| j.id.clone())
+            .collect();
         if pending_only {
-            let left: Vec<&str> = before.iter().map(|j| j.id.as_str()).filter(|id| still.contains(id)).collect();
+            let left: Vec<&str> = before
+                .iter()
+                .map(|j| j.id.as_str())
+                .filter(|id| still.contains(id))
+                .collect();
             if !left.is_empty() {
                 return Err(SlurmError::NotConverged {
                     what: format!("cancelling pending jobs of {scope}"),
@@ -116,12 +157,19 @@ impl SlurmCli {
                 });
             }
         }
-        Ok(Cancelled { cancelled, remaining: after.into_iter().filter(targeted).collect() })
+        Ok(Cancelled {
+            cancelled,
+            remaining: after.into_iter().filter(targeted).collect(),
+        })
     }
 
     async fn list_dir(&self, dir: &HostPath) -> Result<BTreeSet<String>, SlurmError> {
         let listing = self.read(&command::list_dir(dir)).await?;
-        Ok(listing.lines().filter(|l| !l.is_empty()).map(str::to_string).collect())
+        Ok(listing
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
     }
 
     async fn archive(&self, dir: &HostPath) -> Result<ArchiveReport, SlurmError> {
@@ -130,7 +178,9 @@ impl SlurmCli {
         let out = self.run(&cmd).await?;
         parse::outcome(&cmd.to_string(), &out)?;
         let after = self.list_dir(dir).await?;
-        let message = format!("{} {}", out.stdout.trim(), out.stderr.trim()).trim().to_string();
+        let message = format!("{} {}", out.stdout.trim(), out.stderr.trim())
+            .trim()
+            .to_string();
         Ok(ArchiveReport {
             directory: dir.as_str().to_string(),
             written: after.difference(&before).cloned().collect(),
@@ -142,10 +192,18 @@ impl SlurmCli {
 impl Slurm for SlurmCli {
     fn ensure_tenant<'a>(&'a self, spec: &'a TenantSpec) -> SlurmFuture<'a, Ensured> {
         Box::pin(async move {
-            if let Some(t) = spec.teams.iter().find(|t| t.parent.as_ref() != Some(&spec.account.name)) {
-                return Err(SlurmError::Invalid(format!("team account {} must have parent {}", t.name, spec.account.name)));
+            if let Some(t) = spec
+                .teams
+                .iter()
+                .find(|t| t.parent.as_ref() != Some(&spec.account.name))
+            {
+                return Err(SlurmError::Invalid(format!(
+                    "team account {} must have parent {}",
+                    t.name, spec.account.name
+                )));
             }
-            let all: Vec<&AccountSpec> = std::iter::once(&spec.account).chain(&spec.teams).collect();
+            let all: Vec<&AccountSpec> =
+                std::iter::once(&spec.account).chain(&spec.teams).collect();
             self.ensure_accounts(all).await
         })
     }
@@ -153,7 +211,12 @@ impl Slurm for SlurmCli {
         Box::pin(self.ensure_accounts(vec![spec]))
     }
     fn ensure_user<'a>(&'a self, spec: &'a UserSpec) -> SlurmFuture<'a, Ensured> {
-        Box::pin(self.ensure_users(&spec.account, std::slice::from_ref(&spec.user), spec.default_account, &spec.limits))
+        Box::pin(self.ensure_users(
+            &spec.account,
+            std::slice::from_ref(&spec.user),
+            spec.default_account,
+            &spec.limits,
+        ))
     }
     fn add_users<'a>(
         &'a self,
@@ -165,9 +228,17 @@ impl Slurm for SlurmCli {
         Box::pin(self.ensure_users(account, users, default_account, limits))
     }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
-        Box::pin(async move { Ok(self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str())) })
+        Box::pin(async move {
+            Ok(self
+                .read_users(std::slice::from_ref(user))
+                .await?
+                .remove(user.as_str()))
+        })
     }
-    fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
+    fn associations<'a>(
+        &'a self,
+        accounts: &'a [SlurmAccount],
+    ) -> SlurmFuture<'a, Vec<Association>> {
         Box::pin(async move {
             if accounts.is_empty() {
                 return Ok(vec![]);
@@ -179,13 +250,21 @@ impl Slurm for SlurmCli {
     fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_user_block(user, None))
     }
-    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured> {
+    fn unblock_user<'a>(
+        &'a self,
+        user: &'a Username,
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_user_block(user, Some(limits)))
     }
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, None))
     }
-    fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured> {
+    fn unblock_account<'a>(
+        &'a self,
+        account: &'a SlurmAccount,
+        grp_jobs: Limit,
+    ) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, Some(grp_jobs)))
     }
     fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>> {
@@ -200,7 +279,11 @@ impl Slurm for SlurmCli {
     fn archive_dump<'a>(&'a self, dir: &'a HostPath) -> SlurmFuture<'a, ArchiveReport> {
         Box::pin(self.archive(dir))
     }
-    fn delete_user_association<'a>(&'a self, user: &'a Username, account: &'a SlurmAccount) -> SlurmFuture<'a, Deleted> {
+    fn delete_user_association<'a>(
+        &'a self,
+        user: &'a Username,
+        account: &'a SlurmAccount,
+    ) -> SlurmFuture<'a, Deleted> {
         Box::pin(self.remove_user(user, Some(account)))
     }
     fn delete_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Deleted> {

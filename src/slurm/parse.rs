@@ -8,8 +8,7 @@ use super::types::{AccountState, Association, Fairshare, Job, JobState, Limit, T
 use crate::exec::Output;
 
 /// The association fields every read asks for, in this order.
-pub const ASSOC_FORMAT: &str =
-    "cluster,account,user,partition,parentname,share,grpjobs,grpsubmit,grptres,grptresmins,maxjobs,maxsubmit,qos,defaultqos";
+pub const ASSOC_FORMAT: &str = "cluster,account,user,partition,parentname,share,grpjobs,grpsubmit,grptres,grptresmins,maxjobs,maxsubmit,qos,defaultqos";
 const ASSOC_FIELDS: usize = 14;
 /// `squeue -o`: job id, user, account, state, reason.
 pub const SQUEUE_FORMAT: &str = "%i|%u|%a|%T|%r";
@@ -36,10 +35,16 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
     };
     let detail = || first_lines(&text);
     if is_unreachable(&text) {
-        return Err(SlurmError::Unreachable { cmd: cmd.into(), detail: detail() });
+        return Err(SlurmError::Unreachable {
+            cmd: cmd.into(),
+            detail: detail(),
+        });
     }
     if text.contains("Job(s) active") {
-        return Err(SlurmError::JobsActive { what: cmd.into(), jobs: job_ids_in(&text) });
+        return Err(SlurmError::JobsActive {
+            what: cmd.into(),
+            jobs: job_ids_in(&text),
+        });
     }
     if let Some(parent) = quoted("Parent account ") {
         return Err(SlurmError::MissingParent(parent));
@@ -51,13 +56,22 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
         return Err(SlurmError::MissingAccount(account));
     }
     if text.contains("no TRES known") {
-        return Err(SlurmError::UnknownTres { cmd: cmd.into(), detail: detail() });
+        return Err(SlurmError::UnknownTres {
+            cmd: cmd.into(),
+            detail: detail(),
+        });
     }
     if text.contains("bad qos") || text.contains("bad default qos") {
-        return Err(SlurmError::UnknownQos { cmd: cmd.into(), detail: detail() });
+        return Err(SlurmError::UnknownQos {
+            cmd: cmd.into(),
+            detail: detail(),
+        });
     }
     if text.contains("Invalid user") {
-        return Err(SlurmError::UnknownUnixUser { cmd: cmd.into(), detail: detail() });
+        return Err(SlurmError::UnknownUnixUser {
+            cmd: cmd.into(),
+            detail: detail(),
+        });
     }
     if out.code == 0 {
         return Ok(Outcome::Done);
@@ -71,7 +85,11 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
             return Ok(o);
         }
     }
-    Err(SlurmError::Failed { cmd: cmd.into(), code: out.code, detail: detail() })
+    Err(SlurmError::Failed {
+        cmd: cmd.into(),
+        code: out.code,
+        detail: detail(),
+    })
 }
 
 /// A read: rc 0 with the rows on stdout, or an error. squeue prints unknown users on stderr
@@ -79,13 +97,23 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
 pub fn read_ok<'a>(cmd: &str, out: &'a Output) -> Result<&'a str, SlurmError> {
     let text = format!("{}\n{}", out.stderr, out.stdout);
     if is_unreachable(&text) {
-        return Err(SlurmError::Unreachable { cmd: cmd.into(), detail: first_lines(&text) });
+        return Err(SlurmError::Unreachable {
+            cmd: cmd.into(),
+            detail: first_lines(&text),
+        });
     }
     if out.stderr.contains("Invalid user") {
-        return Err(SlurmError::UnknownUnixUser { cmd: cmd.into(), detail: first_lines(&out.stderr) });
+        return Err(SlurmError::UnknownUnixUser {
+            cmd: cmd.into(),
+            detail: first_lines(&out.stderr),
+        });
     }
     if out.code != 0 {
-        return Err(SlurmError::Failed { cmd: cmd.into(), code: out.code, detail: first_lines(&text) });
+        return Err(SlurmError::Failed {
+            cmd: cmd.into(),
+            code: out.code,
+            detail: first_lines(&text),
+        });
     }
     Ok(&out.stdout)
 }
@@ -104,31 +132,48 @@ fn is_unreachable(text: &str) -> bool {
 }
 
 fn first_lines(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).take(3).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(3)
+        .collect();
     lines.join(" / ")
 }
 
 /// `JobID = 8 …` lines of a refused delete.
 fn job_ids_in(text: &str) -> Vec<String> {
-    text.split("JobID = ").skip(1).filter_map(|s| s.split_whitespace().next()).map(str::to_string).collect()
+    text.split("JobID = ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
 }
 
 fn bad(cmd: &str, line: &str, why: impl Into<String>) -> SlurmError {
-    SlurmError::Parse { cmd: cmd.into(), line: line.into(), why: why.into() }
+    SlurmError::Parse {
+        cmd: cmd.into(),
+        line: line.into(),
+        why: why.into(),
+    }
 }
 
 fn limit(cmd: &str, line: &str, s: &str) -> Result<Limit, SlurmError> {
     if s.is_empty() {
         return Ok(Limit::Unlimited);
     }
-    s.parse().map(Limit::At).map_err(|_| bad(cmd, line, format!("{s:?} is not a count")))
+    s.parse()
+        .map(Limit::At)
+        .map_err(|_| bad(cmd, line, format!("{s:?} is not a count")))
 }
 
 fn fairshare(cmd: &str, line: &str, s: &str) -> Result<Fairshare, SlurmError> {
     if s.eq_ignore_ascii_case("parent") {
         return Ok(Fairshare::Parent);
     }
-    s.parse().map(Fairshare::Shares).map_err(|_| bad(cmd, line, format!("{s:?} is not a fairshare")))
+    s.parse()
+        .map(Fairshare::Shares)
+        .map_err(|_| bad(cmd, line, format!("{s:?} is not a fairshare")))
 }
 
 fn tres(cmd: &str, line: &str, s: &str) -> Result<Tres, SlurmError> {
@@ -138,9 +183,17 @@ fn tres(cmd: &str, line: &str, s: &str) -> Result<Tres, SlurmError> {
 /// One association from its [`ASSOC_FORMAT`] fields.
 fn assoc(cmd: &str, line: &str, f: &[&str]) -> Result<Association, SlurmError> {
     if f.len() != ASSOC_FIELDS {
-        return Err(bad(cmd, line, format!("expected {ASSOC_FIELDS} fields, got {}", f.len())));
+        return Err(bad(
+            cmd,
+            line,
+            format!("expected {ASSOC_FIELDS} fields, got {}", f.len()),
+        ));
     }
-    let mut qos: Vec<String> = f[12].split(',').filter(|q| !q.is_empty()).map(str::to_string).collect();
+    let mut qos: Vec<String> = f[12]
+        .split(',')
+        .filter(|q| !q.is_empty())
+        .map(str::to_string)
+        .collect();
     qos.sort();
     Ok(Association {
         cluster: f[0].into(),
@@ -161,7 +214,10 @@ fn assoc(cmd: &str, line: &str, f: &[&str]) -> Result<Association, SlurmError> {
 }
 
 fn rows(stdout: &str) -> impl Iterator<Item = (&str, Vec<&str>)> {
-    stdout.lines().filter(|l| !l.trim().is_empty()).map(|l| (l, l.split('|').collect()))
+    stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| (l, l.split('|').collect()))
 }
 
 /// `sacctmgr -n -P show assoc … format=ASSOC_FORMAT`.
@@ -174,9 +230,17 @@ pub fn accounts(cmd: &str, stdout: &str) -> Result<Vec<AccountState>, SlurmError
     rows(stdout)
         .map(|(line, f)| {
             if f.len() != ASSOC_FIELDS + 2 {
-                return Err(bad(cmd, line, format!("expected {} fields, got {}", ASSOC_FIELDS + 2, f.len())));
+                return Err(bad(
+                    cmd,
+                    line,
+                    format!("expected {} fields, got {}", ASSOC_FIELDS + 2, f.len()),
+                ));
             }
-            Ok(AccountState { description: f[0].into(), organization: f[1].into(), assoc: assoc(cmd, line, &f[2..])? })
+            Ok(AccountState {
+                description: f[0].into(),
+                organization: f[1].into(),
+                assoc: assoc(cmd, line, &f[2..])?,
+            })
         })
         .collect()
 }
@@ -187,7 +251,11 @@ pub fn user_assocs(cmd: &str, stdout: &str) -> Result<Vec<(String, Association)>
     rows(stdout)
         .map(|(line, f)| {
             if f.len() != ASSOC_FIELDS + 1 {
-                return Err(bad(cmd, line, format!("expected {} fields, got {}", ASSOC_FIELDS + 1, f.len())));
+                return Err(bad(
+                    cmd,
+                    line,
+                    format!("expected {} fields, got {}", ASSOC_FIELDS + 1, f.len()),
+                ));
             }
             Ok((f[0].to_string(), assoc(cmd, line, &f[1..])?))
         })
@@ -209,7 +277,13 @@ pub fn jobs(cmd: &str, stdout: &str) -> Result<Vec<Job>, SlurmError> {
                 "CONFIGURING" => JobState::Configuring,
                 other => JobState::Other(other.to_string()),
             };
-            Ok(Job { id: id.into(), user: user.into(), account: account.into(), state, reason: reason.into() })
+            Ok(Job {
+                id: id.into(),
+                user: user.into(),
+                account: account.into(),
+                state,
+                reason: reason.into(),
+            })
         })
         .collect()
 }
@@ -221,7 +295,14 @@ pub fn config(stdout: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| {
             let v = v.trim();
-            (k.trim().to_string(), if v == "(null)" { String::new() } else { v.to_string() })
+            (
+                k.trim().to_string(),
+                if v == "(null)" {
+                    String::new()
+                } else {
+                    v.to_string()
+                },
+            )
         })
         .collect()
 }

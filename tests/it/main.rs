@@ -1,8 +1,8 @@
 //! One test binary for the whole crate (one link step), a module per area.
 
+mod cli;
 mod common;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
-mod cli;
 mod slurm;
