@@ -10,6 +10,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export BENCH_PG="${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
 secs="${PGBENCH_SECONDS:-10}"
+# Other work on this 2-core box (e.g. cargo builds) skews every number below.
+echo "load average at start: $(cut -d" " -f1-3 /proc/loadavg)" >&2
 
 # --- graphile-worker --------------------------------------------------------
 (cd "$here/graphile" && npm ci --silent --no-audit --no-fund >&2)

@@ -5,4 +5,5 @@ mod common;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
+mod http_api;
 mod slurm;

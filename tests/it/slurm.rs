@@ -336,7 +336,7 @@ async fn user_associations_converge_and_the_default_account_moves_before_a_delet
         limits: user_limits(),
     };
 
-    assert_eq!(s.ensure_user(&spec).await.unwrap().created, [u.clone()]);
+    assert_eq!(s.ensure_user(&spec).await.unwrap().created, vec![u.clone()]);
     assert!(s.ensure_user(&spec).await.unwrap().is_noop());
     let st = s.user(&user(&u)).await.unwrap().unwrap();
     assert_eq!(st.default_account, a);
@@ -380,7 +380,7 @@ async fn user_associations_converge_and_the_default_account_moves_before_a_delet
         default_account: false,
         ..spec.clone()
     };
-    assert_eq!(s.ensure_user(&second).await.unwrap().created, [u.clone()]);
+    assert_eq!(s.ensure_user(&second).await.unwrap().created, vec![u.clone()]);
     assert_eq!(s.user(&user(&u)).await.unwrap().unwrap().default_account, a);
     assert!(matches!(
         s.delete_user_association(&user(&u), &acct(&a))
@@ -707,7 +707,7 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
     );
 
     let c = s.cancel_pending(&bob).await.unwrap();
-    assert_eq!(c.cancelled, [pending.clone()]);
+    assert_eq!(c.cancelled, vec![pending.clone()]);
     assert_eq!(s.cancel_pending(&bob).await.unwrap(), Cancelled::default());
     let jobs = s.jobs(&bob).await.unwrap();
     assert_eq!(
@@ -722,7 +722,7 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
         s.delete_account(&acct(&t)).await.unwrap_err(),
     ] {
         assert!(
-            matches!(&e, SlurmError::JobsActive { jobs, .. } if jobs == &[running.clone()]),
+            matches!(&e, SlurmError::JobsActive { jobs, .. } if jobs == std::slice::from_ref(&running)),
             "{e:?}"
         );
     }

@@ -1,0 +1,285 @@
+//! The engine's speed, measured the way bench/reference measures graphile-worker and pgbench on
+//! the same PostgreSQL: `cargo bench --bench engine` (settings below, from the environment).
+//!
+//! - throughput: N no-op jobs enqueued up front, then workers started; seconds until all succeeded
+//! - latency: an idle worker, jobs enqueued one at a time at a fixed rate; enqueue call -> step start
+//! - recovery: an `onramp` worker process killed with SIGKILL mid-step; kill -> step claimed again
+//!
+//! Prints one JSON line per measurement.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use onramp::engine::{
+    Actor, Engine, Flow, NewJob, Registry, StepCtx, StepFuture, Transition, WorkerConfig,
+    WorkerStats,
+};
+use serde_json::json;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One step that does nothing, or notes when it started (for latency).
+struct Noop {
+    starts: Arc<Mutex<Vec<(i64, Instant)>>>,
+}
+
+impl Flow for Noop {
+    fn kind(&self) -> &'static str {
+        "bench.noop"
+    }
+    fn steps(&self) -> &'static [&'static str] {
+        &["noop"]
+    }
+    fn run<'a>(&'a self, _: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
+        if ctx.input.get("t").is_some() {
+            self.starts
+                .lock()
+                .unwrap()
+                .push((ctx.job_id, Instant::now()));
+        }
+        Box::pin(async { Transition::Done(serde_json::Value::Null) })
+    }
+}
+
+async fn fresh_db(admin: &str, name: &str) -> (String, PgPool) {
+    let mut c = PgConnection::connect(admin)
+        .await
+        .expect("BENCH_PG reachable");
+    sqlx::query(&format!("drop database if exists {name} with (force)"))
+        .execute(&mut c)
+        .await
+        .unwrap();
+    sqlx::query(&format!("create database {name}"))
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect(&url)
+        .await
+        .unwrap();
+    onramp::db::migrate(&pool).await.unwrap();
+    (url, pool)
+}
+
+async fn drop_db(admin: &str, name: &str) {
+    let mut c = PgConnection::connect(admin).await.unwrap();
+    sqlx::query(&format!("drop database if exists {name} with (force)"))
+        .execute(&mut c)
+        .await
+        .unwrap();
+}
+
+fn config(id: &str, concurrency: usize) -> WorkerConfig {
+    WorkerConfig {
+        id: id.into(),
+        concurrency,
+        lease: Duration::from_secs(10),
+        poll_interval: Duration::from_secs(5),
+        shutdown_grace: Duration::from_secs(10),
+    }
+}
+
+fn start_workers(
+    engine: &Engine,
+    n: usize,
+    concurrency: usize,
+) -> (CancellationToken, Vec<tokio::task::JoinHandle<()>>) {
+    let stop = CancellationToken::new();
+    let handles = (0..n)
+        .map(|i| {
+            let (e, s) = (engine.clone(), stop.clone());
+            let cfg = config(&format!("bench-{i}"), concurrency);
+            tokio::spawn(async move {
+                e.run_worker(cfg, Arc::new(WorkerStats::default()), s)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    (stop, handles)
+}
+
+async fn count_open(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn throughput(admin: &str) {
+    let jobs: usize = env("BENCH_JOBS", 20_000);
+    let workers: usize = env("BENCH_WORKERS", 2);
+    let concurrency: usize = env("BENCH_CONCURRENCY", 256);
+    let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;
+    let engine = Engine::new(
+        pool.clone(),
+        Registry::new().with(Noop {
+            starts: Arc::default(),
+        }),
+    );
+    let batch: Vec<NewJob> = (0..1000)
+        .map(|i| {
+            NewJob::new(
+                "bench.noop",
+                &format!("s/{i}"),
+                json!({}),
+                Actor::cli("bench"),
+            )
+        })
+        .collect();
+    for _ in 0..jobs / 1000 {
+        engine.enqueue(&batch).await.unwrap();
+    }
+    let t0 = Instant::now();
+    let (stop, handles) = start_workers(&engine, workers, concurrency);
+    while count_open(&pool).await > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let done = (jobs / 1000) * 1000;
+    println!(
+        "{}",
+        json!({"system": "onramp", "measure": "throughput", "jobs": done, "workers": workers,
+               "concurrency": concurrency, "seconds": secs, "jobs_per_s": done as f64 / secs})
+    );
+    drop_db(admin, "onramp_bench_throughput").await;
+}
+
+async fn latency(admin: &str) {
+    let rate: u64 = env("BENCH_RATE", 200);
+    let seconds: u64 = env("BENCH_SECONDS", 10);
+    let (_, pool) = fresh_db(admin, "onramp_bench_latency").await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let engine = Engine::new(
+        pool.clone(),
+        Registry::new().with(Noop {
+            starts: starts.clone(),
+        }),
+    );
+    let (stop, handles) = start_workers(&engine, 1, 32);
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the worker LISTEN before measuring
+    let mut enqueued = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+    for i in 0..rate * seconds {
+        tick.tick().await;
+        let t = Instant::now();
+        let job = NewJob::new(
+            "bench.noop",
+            &format!("s/{i}"),
+            json!({"t": 1}),
+            Actor::cli("bench"),
+        );
+        let id = engine.enqueue(&[job]).await.unwrap()[0].id;
+        enqueued.push((id, t));
+    }
+    while count_open(&pool).await > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let starts: std::collections::HashMap<i64, Instant> =
+        starts.lock().unwrap().iter().copied().collect();
+    let mut ms: Vec<f64> = enqueued
+        .iter()
+        .map(|(id, t)| (starts[id] - *t).as_secs_f64() * 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms[((ms.len() as f64 * p) as usize).min(ms.len() - 1)];
+    println!(
+        "{}",
+        json!({"system": "onramp", "measure": "enqueue_to_start", "jobs": ms.len(), "rate_per_s": rate,
+               "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": ms[ms.len() - 1]})
+    );
+    drop_db(admin, "onramp_bench_latency").await;
+}
+
+async fn recovery(admin: &str) {
+    let lease = "2s";
+    let (url, pool) = fresh_db(admin, "onramp_bench_recovery").await;
+    let engine = Engine::new(pool.clone(), onramp::flows::registry());
+    let exe = std::env::var("BENCH_ONRAMP").unwrap_or_else(|_| "target/release/onramp".into());
+    let spawn = |id: &str| {
+        tokio::process::Command::new(&exe)
+            .args([
+                "serve",
+                "--role",
+                "worker",
+                "--worker-id",
+                id,
+                "--lease",
+                lease,
+            ])
+            .env("DATABASE_URL", &url)
+            .env("ONRAMP_LOG", "error")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{exe}: {e} (build it: cargo build --release)"))
+    };
+    let mut victim = spawn("victim");
+    let job = NewJob::new(
+        "selftest",
+        "s/1",
+        json!({"block_attempts": 1}),
+        Actor::cli("bench"),
+    );
+    let id = engine.enqueue(&[job]).await.unwrap()[0].id;
+    loop {
+        let j = engine.job(id).await.unwrap();
+        if j.state == "running" && j.step == "work" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    victim.kill().await.unwrap();
+    let killed: time::OffsetDateTime = sqlx::query_scalar("select now()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let _rescuer = spawn("rescuer");
+    let started = loop {
+        let r = engine.step_runs(id).await.unwrap();
+        if let Some(run) = r.iter().find(|r| r.step == "work" && r.worker == "rescuer") {
+            break run.started_at;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let ms = (started - killed).whole_milliseconds();
+    println!(
+        "{}",
+        json!({"system": "onramp", "measure": "kill9_recovery", "lease_ms": 2000, "recovered_ms": ms,
+               "ratio_to_lease": ms as f64 / 2000.0})
+    );
+    drop(_rescuer);
+    drop_db(admin, "onramp_bench_recovery").await;
+}
+
+#[tokio::main]
+async fn main() {
+    let admin = std::env::var("BENCH_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let which = std::env::var("BENCH_ONLY").unwrap_or_default();
+    if which.is_empty() || which == "throughput" {
+        throughput(&admin).await;
+    }
+    if which.is_empty() || which == "latency" {
+        latency(&admin).await;
+    }
+    if which.is_empty() || which == "recovery" {
+        recovery(&admin).await;
+    }
+}
