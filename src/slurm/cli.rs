@@ -10,6 +10,14 @@ use super::{command, *};
 use crate::exec::{Command, Output, Transport};
 use crate::names::ClusterName;
 
+/// Concurrent sacctmgr writes lose data on Slurm 22.05: eight parallel `add account` all
+/// answered rc 0 and "Adding Account(s)", and two of the accounts existed afterwards (slurmdbd
+/// logs MySQL deadlocks and restarts the statement, not the transaction). So this process sends
+/// one write at a time, whatever the `SlurmCli` instance; reads run in parallel. Other processes
+/// writing to the same slurmdbd need their own exclusion; the read-back after every write turns
+/// a lost write into a retryable [`SlurmError::NotConverged`].
+static WRITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Slurm through its command-line tools. Everything is scoped to one cluster.
 #[derive(Clone)]
 pub struct SlurmCli {
@@ -51,8 +59,14 @@ impl SlurmCli {
     }
 
     /// A write: what happened, or the error.
+    /// Runs a command that changes Slurm, one at a time (see [`WRITES`]).
+    async fn run_write(&self, cmd: &Command) -> Result<Output, SlurmError> {
+        let _one_at_a_time = WRITES.lock().await;
+        self.run(cmd).await
+    }
+
     pub(super) async fn write(&self, cmd: &Command) -> Result<Outcome, SlurmError> {
-        let out = self.run(cmd).await?;
+        let out = self.run_write(cmd).await?;
         let o = parse::outcome(&cmd.to_string(), &out);
         tracing::info!(%cmd, outcome = ?o.as_ref().map_err(|e| e.kind()), "slurm write");
         o
@@ -175,7 +189,7 @@ impl SlurmCli {
     async fn archive(&self, dir: &HostPath) -> Result<ArchiveReport, SlurmError> {
         let before = self.list_dir(dir).await?;
         let cmd = command::archive_dump(dir);
-        let out = self.run(&cmd).await?;
+        let out = self.run_write(&cmd).await?;
         parse::outcome(&cmd.to_string(), &out)?;
         let after = self.list_dir(dir).await?;
         let message = format!("{} {}", out.stdout.trim(), out.stderr.trim())
