@@ -191,9 +191,10 @@ impl SlurmCli {
                 .map(|a| a.account.as_str())
                 .collect();
         }
-        let elsewhere = all
-            .iter()
-            .any(|a| a.cluster != self.cluster.as_str() && tree.contains(&a.account));
+        let elsewhere = all.iter().any(|a| {
+            a.cluster != self.cluster.as_str()
+                && (a.account == account.as_str() || tree.contains(&a.account))
+        });
         Ok((tree, elsewhere))
     }
 
@@ -202,8 +203,12 @@ impl SlurmCli {
         account: &SlurmAccount,
     ) -> Result<Deleted, SlurmError> {
         let (tree, elsewhere) = self.subtree(account).await?;
+        if tree.is_empty() && elsewhere {
+            return Ok(Deleted::AlreadyGone); // gone here; another cluster still uses the row
+        }
         if tree.is_empty() {
-            // No association here; an account row may remain (e.g. a child left by a parent's delete).
+            // No association anywhere; an account row may remain (e.g. a child left by a
+            // parent's delete): delete the row.
             return match self
                 .write(&command::delete_accounts(
                     None,
