@@ -1,13 +1,17 @@
-//! `onramp jobs …`: the engine's operations from a terminal.
+//! `onramp jobs …` (the engine's operations from a terminal) and `onramp doctor`.
+
+use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::json;
 
 use crate::auth::{self, Role};
-use crate::cli::{JobsAction, JobsArgs, TokenAction, TokenArgs};
+use crate::cli::{DoctorArgs, JobsAction, JobsArgs, TokenAction, TokenArgs};
 use crate::engine::{Actor, Engine, JobFilter, JobState};
-use crate::names::TenantName;
-use crate::{db, flows};
+use crate::exec::Local;
+use crate::names::{ClusterName, TenantName};
+use crate::slurm::{HostPath, SlurmCli};
+use crate::{db, flows, slurm};
 
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
@@ -102,4 +106,38 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
 
 fn cli_actor() -> Actor {
     Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
+}
+
+/// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.
+pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
+    let cluster = ClusterName::parse(&args.slurm.slurm_cluster)?;
+    let slurm = SlurmCli::new(Arc::new(Local), cluster).with_timeout(args.slurm.slurm_timeout);
+    let cgroup = args
+        .cgroup_conf
+        .as_deref()
+        .map(HostPath::parse)
+        .transpose()?;
+    let report = slurm::doctor::doctor(&slurm, cgroup)
+        .await
+        .context("reading the Slurm configuration")?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("printing")?
+        );
+    } else {
+        print!("{}", slurm::doctor::render(&report));
+    }
+    if report.cluster != args.slurm.slurm_cluster {
+        eprintln!(
+            "onramp: slurmctld serves cluster {:?}, onramp is set up for {:?} (ONRAMP_SLURM_CLUSTER)",
+            report.cluster, args.slurm.slurm_cluster
+        );
+        return Ok(std::process::ExitCode::FAILURE);
+    }
+    Ok(if report.ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

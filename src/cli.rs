@@ -49,6 +49,31 @@ pub enum Command {
     Jobs(JobsArgs),
     /// Create, list and revoke API tokens.
     Token(TokenArgs),
+    /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
+    /// must-have is missing.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct SlurmArgs {
+    /// The Slurm cluster onramp manages (ClusterName in slurm.conf).
+    #[arg(long, env = "ONRAMP_SLURM_CLUSTER", default_value = "production")]
+    pub slurm_cluster: String,
+    /// How long one Slurm command may take.
+    #[arg(long, env = "ONRAMP_SLURM_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub slurm_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
+    /// cgroup.conf on the Slurm host [default: beside slurm.conf].
+    #[arg(long, env = "ONRAMP_SLURM_CGROUP_CONF", value_name = "PATH")]
+    pub cgroup_conf: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Clone, Debug, Args)]

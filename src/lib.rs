@@ -13,6 +13,7 @@ pub mod flows;
 pub mod http;
 pub mod names;
 pub mod serve;
+pub mod slurm;
 pub mod telemetry;
 
 use std::process::ExitCode;
@@ -36,7 +37,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        match cli.command {
+        let done = match cli.command {
             Command::Migrate(a) => {
                 let pool = db::connect(&a.database_url, 2).await?;
                 db::migrate(&pool).await?;
@@ -50,10 +51,12 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
             Command::Token(a) => admin::tokens(a).await,
-        }
+            Command::Doctor(a) => return admin::doctor(a).await,
+        };
+        done.map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("onramp: {e:#}");
             ExitCode::FAILURE

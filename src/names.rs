@@ -108,6 +108,10 @@ name_type!(
     /// A Slurm QOS name.
     QosName, "QOS name", 64, &[]
 );
+name_type!(
+    /// A Slurm cluster name as registered in slurmdbd (`ClusterName` in slurm.conf).
+    ClusterName, "Slurm cluster name", 64, &[]
+);
 
 #[cfg(test)]
 mod tests {

@@ -8,3 +8,4 @@ mod engine_mechanics;
 mod engine_processes;
 mod http_api;
 mod http_matrix;
+mod slurm;

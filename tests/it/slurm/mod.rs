@@ -1,0 +1,182 @@
+//! The Slurm backend against the real test cluster (`scripts/slurm-test-cluster.sh start`):
+//! every operation twice, limits changed in between, state read back; jobs of real unix users.
+//! Names are unique per test; each test deletes what it made (also when it fails). Helpers here,
+//! tests by area in the submodules.
+
+mod accounts;
+mod edges;
+mod jobs;
+mod users;
+
+use std::sync::{Arc, OnceLock};
+
+use onramp::exec::Local;
+use onramp::names::{ClusterName, QosName, SlurmAccount, Username};
+use onramp::slurm::*;
+
+/// Tests that need the node's two CPUs take turns.
+pub static NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static LOCAL: Local = Local;
+
+/// Panics with what to do when the cluster is not there (checked once per test binary).
+pub fn cluster_up() {
+    static UP: OnceLock<Result<(), String>> = OnceLock::new();
+    let up = UP.get_or_init(|| {
+        let run = |p: &str, a: &[&str]| {
+            std::process::Command::new(p)
+                .args(a)
+                .output()
+                .map_err(|e| format!("{p}: {e}"))
+        };
+        let o = run("scontrol", &["ping"])?;
+        if !String::from_utf8_lossy(&o.stdout).contains("is UP") {
+            return Err(format!(
+                "scontrol ping: {}",
+                String::from_utf8_lossy(&o.stdout).trim()
+            ));
+        }
+        let o = run(
+            "sacctmgr",
+            &["-n", "-P", "show", "cluster", "format=cluster"],
+        )?;
+        if !String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .any(|l| l == "production")
+        {
+            return Err(format!(
+                "sacctmgr show cluster: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = up {
+        panic!(
+            "the Slurm test cluster is not running ({e}): run `scripts/slurm-test-cluster.sh start`"
+        );
+    }
+}
+
+pub fn cluster() -> ClusterName {
+    ClusterName::parse("production").unwrap()
+}
+
+pub fn slurm() -> SlurmCli {
+    cluster_up();
+    SlurmCli::new(Arc::new(Local), cluster())
+}
+
+/// A name no other test (or test run) uses.
+pub fn uniq(tag: &str) -> String {
+    format!("ot{:06x}-{tag}", fastrand::u32(..0xff_ffff))
+}
+
+pub fn acct(s: &str) -> SlurmAccount {
+    SlurmAccount::parse(s).unwrap()
+}
+
+pub fn user(s: &str) -> Username {
+    Username::parse(s).unwrap()
+}
+
+pub fn qos(s: &str) -> QosName {
+    QosName::parse(s).unwrap()
+}
+
+pub fn text(s: &str) -> SlurmText {
+    SlurmText::parse(s).unwrap()
+}
+
+/// Deletes (best effort, synchronously) what a test made: jobs in its accounts, its users, its accounts.
+pub struct Cleanup {
+    pub accounts: Vec<String>,
+    pub users: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let run = |args: &[&str]| {
+            let _ = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .output();
+        };
+        for a in &self.accounts {
+            run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
+        }
+        if !self.users.is_empty() {
+            run(&[
+                "sacctmgr",
+                "-i",
+                "delete",
+                "user",
+                "where",
+                &format!("name={}", self.users.join(",")),
+            ]);
+        }
+        if !self.accounts.is_empty() {
+            run(&[
+                "sacctmgr",
+                "-i",
+                "delete",
+                "account",
+                "where",
+                &format!("name={}", self.accounts.join(",")),
+            ]);
+        }
+    }
+}
+
+pub fn tenant(name: &str, teams: &[&str]) -> TenantSpec {
+    let t = acct(name);
+    TenantSpec {
+        account: AccountSpec {
+            name: t.clone(),
+            parent: None,
+            description: text("Tenant Foo"),
+            organization: text(name),
+            limits: AccountLimits {
+                fairshare: Some(Fairshare::Shares(300)),
+                grp_tres: Some(Tres::gpus(4).with("cpu", 8).unwrap()),
+                grp_jobs: Some(Limit::At(200)),
+            },
+        },
+        teams: teams
+            .iter()
+            .map(|n| AccountSpec {
+                name: acct(n),
+                parent: Some(t.clone()),
+                description: text("Tenant Foo ML Team"),
+                organization: text(name),
+                limits: AccountLimits {
+                    fairshare: Some(Fairshare::Shares(200)),
+                    ..Default::default()
+                },
+            })
+            .collect(),
+    }
+}
+
+pub fn user_limits() -> UserLimits {
+    UserLimits {
+        fairshare: Some(Fairshare::Parent),
+        default_qos: Some(qos("normal")),
+        qos: Some(vec![qos("normal")]),
+        max_jobs: Some(Limit::At(20)),
+        grp_jobs: None,
+        grp_tres_mins: Some(Tres::gpus(10000)),
+    }
+}
+
+pub fn assoc<'a>(all: &'a [Association], account: &str, user: &str) -> &'a Association {
+    all.iter()
+        .find(|a| a.account == account && a.user == user)
+        .unwrap_or_else(|| panic!("no association {account}/{user} in {all:#?}"))
+}
+
+pub fn runuser(unix: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("runuser")
+        .args(["-u", unix, "--"])
+        .args(args)
+        .output()
+        .unwrap()
+}
