@@ -50,7 +50,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         last = samples.last().copied().unwrap_or(1),
     );
     let worker = serve::worker_config(&args.worker);
-    serve::run(engine, Some(listener), Some(token), Some(worker), serve::shutdown_on_signal()).await
+    serve::run(engine, Some(listener), Some(token), Some(worker), None, serve::shutdown_on_signal()).await
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.

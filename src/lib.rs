@@ -1,6 +1,7 @@
 //! onramp: onboarding and offboarding for a multi-tenant Slurm GPU cluster, driven by Authentik.
 
 pub mod admin;
+pub mod authentik;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -10,9 +11,12 @@ pub mod engine;
 pub mod exec;
 pub mod flows;
 pub mod http;
+pub mod intake;
 pub mod names;
+pub mod reconcile;
 pub mod serve;
 pub mod telemetry;
+pub mod tenants;
 
 use std::process::ExitCode;
 
@@ -42,6 +46,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Serve(a) => serve::serve(a).await,
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
+            Command::Reconcile(a) => admin::reconcile(a).await,
         }
     });
     match result {

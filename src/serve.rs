@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{Role, ServeArgs, WorkerArgs};
 use crate::config::Secret;
 use crate::engine::{Engine, WorkerConfig, WorkerStats};
+use crate::intake::setup::{IntakeSetup, periodic_reconcile};
 use crate::{db, flows, http};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -16,7 +17,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.migrate {
         db::migrate(&pool).await?;
     }
-    let engine = Engine::new(pool, flows::registry());
+    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker)?;
+    if setup.is_none() {
+        tracing::info!("Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)");
+    }
+    let registry = match &setup {
+        Some(s) => s.registry(flows::registry()),
+        None => flows::registry(),
+    };
+    let engine = Engine::new(pool, registry);
     let listener = match args.role {
         Role::Worker => None,
         _ => Some(
@@ -26,7 +35,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
     };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
-    run(engine, listener, args.http.api_token, worker, shutdown_on_signal()).await
+    run(engine, listener, args.http.api_token, worker, setup, shutdown_on_signal()).await
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
@@ -55,11 +64,16 @@ pub async fn run(
     listener: Option<TcpListener>,
     api_token: Option<Secret>,
     worker: Option<WorkerConfig>,
+    intake: Option<IntakeSetup>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let stats = Arc::new(WorkerStats::default());
+    let started = intake.as_ref().map(|s| s.start(&engine));
+    if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
+        tokio::spawn(periodic_reconcile(engine.clone(), s.reconcile_interval, shutdown.clone()));
+    }
     let http = listener.map(|l| {
-        let state = http::AppState { engine: engine.clone(), stats: stats.clone(), api_token };
+        let state = http::AppState { engine: engine.clone(), stats: stats.clone(), api_token, intake: started };
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }

@@ -29,6 +29,9 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
     }
+    if let Some(intake) = &s.intake {
+        intake.stats.render(&mut out);
+    }
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state",
     )
