@@ -27,7 +27,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

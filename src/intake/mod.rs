@@ -40,7 +40,10 @@ pub struct IntakeStats {
 impl IntakeStats {
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
-        let _ = writeln!(out, "# HELP onramp_webhook_deliveries_total Webhook deliveries by result.\n# TYPE onramp_webhook_deliveries_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP onramp_webhook_deliveries_total Webhook deliveries by result.\n# TYPE onramp_webhook_deliveries_total counter"
+        );
         for (result, v) in [
             ("accepted", &self.accepted),
             ("duplicate", &self.duplicates),
@@ -48,7 +51,11 @@ impl IntakeStats {
             ("rejected", &self.rejected),
             ("store_failed", &self.store_failures),
         ] {
-            let _ = writeln!(out, "onramp_webhook_deliveries_total{{result=\"{result}\"}} {}", v.load(Relaxed));
+            let _ = writeln!(
+                out,
+                "onramp_webhook_deliveries_total{{result=\"{result}\"}} {}",
+                v.load(Relaxed)
+            );
         }
     }
 }

@@ -34,21 +34,33 @@ impl IntakeSetup {
         let token = match (&a.authentik_token, &a.authentik_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => {
-                let t = std::fs::read_to_string(f)
-                    .with_context(|| format!("cannot read ONRAMP_AUTHENTIK_TOKEN_FILE {}", f.display()))?;
+                let t = std::fs::read_to_string(f).with_context(|| {
+                    format!("cannot read ONRAMP_AUTHENTIK_TOKEN_FILE {}", f.display())
+                })?;
                 Some(Secret::new(t.trim()))
             }
             (None, None) => None,
         };
         let (Some(tenants), Some(url), Some(token)) = (&a.tenants, &a.authentik_url, token) else {
-            let set = [a.tenants.is_some(), a.authentik_url.is_some(), a.authentik_token.is_some() || a.authentik_token_file.is_some()];
+            let set = [
+                a.tenants.is_some(),
+                a.authentik_url.is_some(),
+                a.authentik_token.is_some() || a.authentik_token_file.is_some(),
+            ];
             if set.iter().any(|s| *s) {
-                let missing: Vec<&str> = [("ONRAMP_TENANTS", set[0]), ("ONRAMP_AUTHENTIK_URL", set[1]), ("ONRAMP_AUTHENTIK_TOKEN(_FILE)", set[2])]
-                    .iter()
-                    .filter(|(_, s)| !s)
-                    .map(|(n, _)| *n)
-                    .collect();
-                bail!("Authentik intake is half configured: missing setting {}", missing.join(", "));
+                let missing: Vec<&str> = [
+                    ("ONRAMP_TENANTS", set[0]),
+                    ("ONRAMP_AUTHENTIK_URL", set[1]),
+                    ("ONRAMP_AUTHENTIK_TOKEN(_FILE)", set[2]),
+                ]
+                .iter()
+                .filter(|(_, s)| !s)
+                .map(|(n, _)| *n)
+                .collect();
+                bail!(
+                    "Authentik intake is half configured: missing setting {}",
+                    missing.join(", ")
+                );
             }
             return Ok(None);
         };
@@ -62,18 +74,29 @@ impl IntakeSetup {
             page_size: 100,
         })
         .map_err(anyhow::Error::msg)?;
-        let cluster: Arc<dyn AssociationSource> =
-            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: a.sacctmgr_timeout });
-        let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
+        let cluster: Arc<dyn AssociationSource> = Arc::new(SacctmgrAssociations {
+            transport: Arc::new(Local),
+            timeout: a.sacctmgr_timeout,
+        });
+        let brake = Brake {
+            min_users: a.brake_min_users,
+            max_percent: a.brake_max_percent,
+        };
         let auth = WebhookAuth {
             signing_secrets: a.webhook_secrets.clone(),
             bearer_tokens: a.webhook_tokens.clone(),
             tolerance: a.webhook_tolerance,
         };
         if webhook && !auth.is_configured() {
-            bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
+            bail!(
+                "the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)"
+            );
         }
-        Ok(Some(Self::new(Reconciler::new(client, registry.clone(), cluster, brake), auth, a)))
+        Ok(Some(Self::new(
+            Reconciler::new(client, registry.clone(), cluster, brake),
+            auth,
+            a,
+        )))
     }
 
     pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {
@@ -112,7 +135,10 @@ impl IntakeSetup {
 pub async fn periodic_reconcile(engine: Engine, interval: Duration, shutdown: CancellationToken) {
     let mut cause = "start";
     loop {
-        if let Err(e) = engine.enqueue(&[full_job(Actor::reconciler(), cause)]).await {
+        if let Err(e) = engine
+            .enqueue(&[full_job(Actor::reconciler(), cause)])
+            .await
+        {
             tracing::warn!(error = %e, "could not enqueue the periodic full reconcile");
         }
         if interval.is_zero() {

@@ -20,7 +20,8 @@ pub enum ClusterError {
     Permanent(String),
 }
 
-pub type AssocFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<(SlurmAccount, Username)>, ClusterError>> + Send + 'a>>;
+pub type AssocFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<(SlurmAccount, Username)>, ClusterError>> + Send + 'a>>;
 
 /// A bulk read of user associations.
 pub trait AssociationSource: Send + Sync + 'static {
@@ -41,10 +42,21 @@ impl AssociationSource for SacctmgrAssociations {
                 return Ok(vec![]);
             }
             let list: Vec<&str> = accounts.iter().map(SlurmAccount::as_str).collect();
-            let cmd = Command::new("sacctmgr").args(["-nP", "show", "associations", "where"]).arg(format!("accounts={}", list.join(","))).arg("format=Account,User");
-            let out = self.transport.run(&cmd, self.timeout).await.map_err(|e| ClusterError::Transient(e.to_string()))?;
+            let cmd = Command::new("sacctmgr")
+                .args(["-nP", "show", "associations", "where"])
+                .arg(format!("accounts={}", list.join(",")))
+                .arg("format=Account,User");
+            let out = self
+                .transport
+                .run(&cmd, self.timeout)
+                .await
+                .map_err(|e| ClusterError::Transient(e.to_string()))?;
             if !out.success() {
-                return Err(ClusterError::Transient(format!("{cmd} exited {}: {}", out.code, out.stderr.trim())));
+                return Err(ClusterError::Transient(format!(
+                    "{cmd} exited {}: {}",
+                    out.code,
+                    out.stderr.trim()
+                )));
             }
             parse_associations(&out.stdout)
         })
@@ -55,15 +67,20 @@ impl AssociationSource for SacctmgrAssociations {
 pub fn parse_associations(stdout: &str) -> Result<Vec<(SlurmAccount, Username)>, ClusterError> {
     let mut out = vec![];
     for line in stdout.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let (account, user) = line.split_once('|').ok_or_else(|| ClusterError::Permanent(format!("unexpected sacctmgr line {line:?}")))?;
+        let (account, user) = line
+            .split_once('|')
+            .ok_or_else(|| ClusterError::Permanent(format!("unexpected sacctmgr line {line:?}")))?;
         let user = user.trim_end_matches('|');
         if user.is_empty() {
             continue;
         }
-        let account = SlurmAccount::parse(account).map_err(|e| ClusterError::Permanent(e.to_string()))?;
+        let account =
+            SlurmAccount::parse(account).map_err(|e| ClusterError::Permanent(e.to_string()))?;
         match Username::parse(user) {
             Ok(u) => out.push((account, u)),
-            Err(e) => tracing::warn!(error = %e, "skipping an association whose user name onramp cannot handle"),
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an association whose user name onramp cannot handle")
+            }
         }
     }
     Ok(out)
@@ -76,9 +93,19 @@ mod tests {
 
     #[tokio::test]
     async fn reads_associations_in_one_command() {
-        let rec = Recorder::replying(|_| Output { code: 0, stdout: "tenant-foo|\nml-team-foo|alice\nml-team-foo|bob\n".into(), stderr: String::new() });
-        let src = SacctmgrAssociations { transport: Arc::new(rec.clone()), timeout: Duration::from_secs(5) };
-        let accounts = [SlurmAccount::parse("tenant-foo").unwrap(), SlurmAccount::parse("ml-team-foo").unwrap()];
+        let rec = Recorder::replying(|_| Output {
+            code: 0,
+            stdout: "tenant-foo|\nml-team-foo|alice\nml-team-foo|bob\n".into(),
+            stderr: String::new(),
+        });
+        let src = SacctmgrAssociations {
+            transport: Arc::new(rec.clone()),
+            timeout: Duration::from_secs(5),
+        };
+        let accounts = [
+            SlurmAccount::parse("tenant-foo").unwrap(),
+            SlurmAccount::parse("ml-team-foo").unwrap(),
+        ];
         let got = src.associations(&accounts).await.unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].1.as_str(), "alice");
