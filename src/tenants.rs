@@ -820,3 +820,14 @@ tenants:
         assert_eq!(size("lots"), None);
     }
 }
+
+#[cfg(test)]
+mod example {
+    #[test]
+    fn the_shipped_example_is_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
+        let r = super::TenantRegistry::load(std::path::Path::new(path)).unwrap();
+        assert_eq!(r.tenants.len(), 2);
+        assert_eq!(r.tenants[0].default_account.as_str(), "ml-team-foo");
+    }
+}

@@ -5,6 +5,7 @@ mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
 mod cli;
+mod intake_cli;
 mod intake_reconcile;
 mod intake_support;
 mod intake_webhook;
