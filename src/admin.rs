@@ -6,9 +6,10 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::auth::{self, Role};
-use crate::cli::{DoctorArgs, JobsAction, JobsArgs, TokenAction, TokenArgs};
+use crate::cli::{DoctorArgs, JobsAction, JobsArgs, ReconcileArgs, TokenAction, TokenArgs};
 use crate::engine::{Actor, Engine, JobFilter, JobState};
 use crate::exec::Local;
+use crate::intake::setup::IntakeSetup;
 use crate::names::{ClusterName, TenantName};
 use crate::slurm::{HostPath, SlurmCli};
 use crate::{db, flows, slurm};
@@ -99,6 +100,59 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
         TokenAction::Revoke { name } => {
             auth::revoke(&pool, &name).await?;
             eprintln!("onramp: revoked token {name:?}");
+        }
+    }
+    Ok(())
+}
+
+/// `onramp reconcile`: enqueue a reconcile job for the workers; with --wait, print its decision.
+pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+    let setup = IntakeSetup::from_args(&args.intake, false)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)"
+        )
+    })?;
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    let engine = Engine::new(pool, setup.registry(flows::registry()));
+    let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
+    let cause = format!("onramp reconcile by {actor}");
+    let job = match (&args.tenant, args.user) {
+        (Some(t), _) => {
+            anyhow::ensure!(
+                setup.tenants.tenant(t).is_some(),
+                "tenant {t:?} is not in the tenant registry"
+            );
+            crate::reconcile::tenant_job(t, actor, &cause)
+        }
+        (None, Some(pk)) => crate::reconcile::user_job(pk, actor, &cause),
+        (None, None) => crate::reconcile::full_job(actor, &cause),
+    };
+    let e = engine.enqueue(&[job]).await?[0];
+    println!(
+        "{} job {}",
+        if e.created {
+            "enqueued"
+        } else {
+            "already pending:"
+        },
+        e.id
+    );
+    if args.wait {
+        loop {
+            let j = engine.job(e.id).await?;
+            if matches!(
+                j.state.as_str(),
+                "succeeded" | "failed" | "cancelled" | "needs_approval"
+            ) {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({ "state": j.state, "outputs": j.outputs, "error": j.last_error })
+                    )?
+                );
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{Secret, parse_duration, read_settings_file};
+use crate::intake::SigningSecret;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,6 +50,9 @@ pub enum Command {
     Jobs(JobsArgs),
     /// Create, list and revoke API tokens.
     Token(TokenArgs),
+    /// Reconcile Authentik against the cluster now: enqueue a reconcile job (all tenants, one
+    /// tenant or one user) for the workers of `onramp serve`.
+    Reconcile(ReconcileArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
     Doctor(DoctorArgs),
@@ -144,6 +148,105 @@ pub struct ServeArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub intake: IntakeArgs,
+}
+
+/// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
+/// the tenant registry, the Authentik URL and its token are all set.
+#[derive(Clone, Debug, Args)]
+pub struct IntakeArgs {
+    /// Tenant registry (YAML) mapping Authentik groups to tenants and Slurm accounts.
+    #[arg(long, env = "ONRAMP_TENANTS", value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
+    /// Authentik's base URL, e.g. https://auth.example.org.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_URL", value_name = "URL")]
+    pub authentik_url: Option<String>,
+    /// Authentik API token (prefer the file).
+    #[arg(
+        long,
+        env = "ONRAMP_AUTHENTIK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub authentik_token: Option<Secret>,
+    /// File holding the Authentik API token.
+    #[arg(
+        long,
+        env = "ONRAMP_AUTHENTIK_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "authentik_token"
+    )]
+    pub authentik_token_file: Option<PathBuf>,
+    /// Timeout of one Authentik API request.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub authentik_timeout: Duration,
+    /// Attempts of an Authentik API request on 5xx, 429 or a transport error.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_ATTEMPTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authentik_attempts: u32,
+    /// Standard Webhooks signing secrets (whsec_…), comma-separated; several during a rotation.
+    #[arg(
+        long,
+        env = "ONRAMP_WEBHOOK_SECRETS",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "WHSEC"
+    )]
+    pub webhook_secrets: Vec<SigningSecret>,
+    /// Bearer tokens accepted on the webhook, comma-separated. With secrets too, both are required.
+    #[arg(
+        long,
+        env = "ONRAMP_WEBHOOK_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub webhook_tokens: Vec<Secret>,
+    /// Largest accepted distance between webhook-timestamp and now.
+    #[arg(long, env = "ONRAMP_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
+    pub webhook_tolerance: Duration,
+    /// Largest accepted webhook body, in bytes.
+    #[arg(long, env = "ONRAMP_WEBHOOK_MAX_BODY", default_value_t = 1_048_576)]
+    pub webhook_max_body: usize,
+    /// Reconcile jobs from a webhook run this long after it (Authentik logs some events before
+    /// the change is visible; bursts collapse into one job).
+    #[arg(long, env = "ONRAMP_WEBHOOK_SETTLE", default_value = "2s", value_parser = parse_duration)]
+    pub webhook_settle: Duration,
+    /// Tasks writing webhook deliveries; each writes everything queued in one transaction.
+    #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub webhook_writers: u16,
+    /// Most deliveries written in one transaction.
+    #[arg(long, env = "ONRAMP_WEBHOOK_BATCH", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..))]
+    pub webhook_batch: u16,
+    /// How often the full reconcile runs (also once at start); 0s turns the periodic run off.
+    #[arg(long, env = "ONRAMP_RECONCILE_INTERVAL", default_value = "15m", value_parser = parse_duration)]
+    pub reconcile_interval: Duration,
+    /// Safety brake: a pass may offboard at most this many users of a tenant …
+    #[arg(long, env = "ONRAMP_BRAKE_MIN_USERS", default_value_t = 5)]
+    pub brake_min_users: usize,
+    /// … or at most this share (percent) of its users; beyond both it waits for approval.
+    #[arg(long, env = "ONRAMP_BRAKE_MAX_PERCENT", default_value_t = 10)]
+    pub brake_max_percent: u32,
+    /// Timeout of one sacctmgr call (the cluster's associations, one bulk read per pass).
+    #[arg(long, env = "ONRAMP_SACCTMGR_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub sacctmgr_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    pub intake: IntakeArgs,
+    /// Only this tenant.
+    #[arg(long, conflicts_with = "user")]
+    pub tenant: Option<String>,
+    /// Only this user (Authentik pk).
+    #[arg(long)]
+    pub user: Option<i64>,
+    /// Wait until the job has finished and print its decision.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -73,6 +73,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         engine,
         Some(listener),
         Some(worker),
+        None,
         serve::shutdown_on_signal(),
     )
     .await

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod authentik;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -11,10 +12,13 @@ pub mod engine;
 pub mod exec;
 pub mod flows;
 pub mod http;
+pub mod intake;
 pub mod names;
+pub mod reconcile;
 pub mod serve;
 pub mod slurm;
 pub mod telemetry;
+pub mod tenants;
 
 use std::process::ExitCode;
 
@@ -51,6 +55,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
             Command::Token(a) => admin::tokens(a).await,
+            Command::Reconcile(a) => admin::reconcile(a).await,
             Command::Doctor(a) => return admin::doctor(a).await,
         };
         done.map(|()| ExitCode::SUCCESS)

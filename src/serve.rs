@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Role, ServeArgs, WorkerArgs};
 use crate::engine::{Engine, WorkerConfig, WorkerStats};
+use crate::intake::setup::{IntakeSetup, periodic_reconcile};
 use crate::{db, flows, http};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -15,7 +16,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.migrate {
         db::migrate(&pool).await?;
     }
-    let engine = Engine::new(pool, flows::registry());
+    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker)?;
+    if setup.is_none() {
+        tracing::info!(
+            "Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)"
+        );
+    }
+    let registry = match &setup {
+        Some(s) => s.registry(flows::registry()),
+        None => flows::registry(),
+    };
+    let engine = Engine::new(pool, registry);
     let listener =
         match args.role {
             Role::Worker => None,
@@ -24,7 +35,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             })?),
         };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
-    run(engine, listener, worker, shutdown_on_signal()).await
+    run(engine, listener, worker, setup, shutdown_on_signal()).await
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
@@ -52,11 +63,21 @@ pub async fn run(
     engine: Engine,
     listener: Option<TcpListener>,
     worker: Option<WorkerConfig>,
+    intake: Option<IntakeSetup>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let stats = Arc::new(WorkerStats::default());
+    let started = intake.as_ref().map(|s| s.start(&engine));
+    if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
+        tokio::spawn(periodic_reconcile(
+            engine.clone(),
+            s.reconcile_interval,
+            shutdown.clone(),
+        ));
+    }
     let http = listener.map(|l| {
-        let state = http::AppState::new(engine.clone(), stats.clone());
+        let mut state = http::AppState::new(engine.clone(), stats.clone());
+        state.intake = started;
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }

@@ -59,6 +59,9 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem
             v.load(Relaxed)
         );
     }
+    if let Some(intake) = &s.intake {
+        intake.stats.render(&mut out);
+    }
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state",
     )

@@ -1,6 +1,6 @@
-//! HTTP: health and metrics, the /v1 API (jobs, tokens), the dashboard. Each area lists its
-//! routes; the router is built from that one table, so the table is exactly what is served (and
-//! a test compares it with openapi.yaml).
+//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, tokens), the dashboard.
+//! Each area lists its routes; the router is built from that one table, so the table is exactly
+//! what is served (and a test compares it with openapi.yaml).
 
 mod auth;
 mod dashboard;
@@ -9,6 +9,7 @@ mod jobs;
 mod metrics;
 mod problem;
 mod tokens;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, WorkerStats};
+use crate::intake::Intake;
 
 pub use auth::AuthLimiter;
 pub use problem::Problem;
@@ -29,6 +31,8 @@ pub struct AppState {
     pub engine: Engine,
     pub stats: Arc<WorkerStats>,
     pub limiter: Arc<AuthLimiter>,
+    /// The Authentik webhook intake, when configured.
+    pub intake: Option<Arc<Intake>>,
 }
 
 impl AppState {
@@ -37,6 +41,7 @@ impl AppState {
             engine,
             stats,
             limiter: Arc::new(AuthLimiter::default()),
+            intake: None,
         }
     }
 }
@@ -68,6 +73,7 @@ pub fn routes() -> Vec<Route> {
         metrics::routes(),
         jobs::routes(),
         tokens::routes(),
+        webhook::routes(),
         dashboard::routes(),
     ];
     areas.into_iter().flatten().collect()

@@ -108,7 +108,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     let (e, s) = (engine.clone(), stop.clone());
     let worker = worker_config("dash", Duration::from_secs(10));
     tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), Some(worker), s)
+        onramp::serve::run(e, Some(listener), Some(worker), None, s)
             .await
             .unwrap()
     });

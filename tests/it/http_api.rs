@@ -50,7 +50,7 @@ async fn app(with_worker: bool) -> App {
     let worker = with_worker.then(|| worker_config("api-test", Duration::from_secs(10)));
     let (e, s) = (engine.clone(), stop.clone());
     tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), worker, s)
+        onramp::serve::run(e, Some(listener), worker, None, s)
             .await
             .unwrap()
     });

@@ -89,7 +89,7 @@ async fn every_v1_route_by_role_and_tenant() {
     let stop = CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
     tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), None, s)
+        onramp::serve::run(e, Some(listener), None, None, s)
             .await
             .unwrap()
     });

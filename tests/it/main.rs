@@ -8,4 +8,8 @@ mod engine_mechanics;
 mod engine_processes;
 mod http_api;
 mod http_matrix;
+mod intake_cli;
+mod intake_reconcile;
+mod intake_support;
+mod intake_webhook;
 mod slurm;

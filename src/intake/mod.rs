@@ -1,0 +1,61 @@
+//! Webhook intake: authenticate the raw bytes, understand the body as hints, store the delivery
+//! and enqueue reconcile jobs in one (shared) transaction, answer fast. The HTTP side is
+//! `http::webhook`; reconcile itself is `reconcile`.
+
+pub mod event;
+pub mod setup;
+pub mod signature;
+pub mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::tenants::TenantRegistry;
+
+pub use signature::{AuthFailure, AuthHeaders, SigningSecret, WebhookAuth};
+pub use writer::{Delivery, DeliveryWriter, Stored, WriteError};
+
+/// Everything the webhook endpoint needs.
+pub struct Intake {
+    pub auth: WebhookAuth,
+    pub writer: DeliveryWriter,
+    pub tenants: Arc<TenantRegistry>,
+    /// Reconcile jobs from a delivery are due this long after it.
+    pub settle: Duration,
+    pub max_body: usize,
+    pub stats: IntakeStats,
+}
+
+/// Counters for /metrics.
+#[derive(Debug, Default)]
+pub struct IntakeStats {
+    pub accepted: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub rejected: AtomicU64,
+    pub store_failures: AtomicU64,
+}
+
+impl IntakeStats {
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "# HELP onramp_webhook_deliveries_total Webhook deliveries by result.\n# TYPE onramp_webhook_deliveries_total counter"
+        );
+        for (result, v) in [
+            ("accepted", &self.accepted),
+            ("duplicate", &self.duplicates),
+            ("unauthorized", &self.auth_failures),
+            ("rejected", &self.rejected),
+            ("store_failed", &self.store_failures),
+        ] {
+            let _ = writeln!(
+                out,
+                "onramp_webhook_deliveries_total{{result=\"{result}\"}} {}",
+                v.load(Relaxed)
+            );
+        }
+    }
+}
