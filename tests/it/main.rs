@@ -1,7 +1,7 @@
 //! One test binary for the whole crate (one link step), a module per area.
 
+mod cli;
 mod common;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
-mod cli;
