@@ -5,3 +5,6 @@ mod common;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
+mod fake_k8s;
+mod k8s_api;
+mod k8s_support;
