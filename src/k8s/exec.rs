@@ -130,15 +130,28 @@ impl PodExec {
                 what: "exec streams missing".into(),
             });
         };
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (a, b) = tokio::join!(so.read_to_end(&mut out), se.read_to_end(&mut err));
-        let status = status.await;
-        let joined = proc.join().await;
+        let read = async move {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (a, b) = tokio::join!(so.read_to_end(&mut out), se.read_to_end(&mut err));
+            a.and(b).map(|_| (out, err))
+        };
         let lost = |why: String| Ok(Err(TransportError::Transient(format!("{call}: {why}"))));
-        if let Err(e) = a.and(b) {
-            return lost(format!("reading output: {e}"));
-        }
-        let Some(status) = status else {
+        // When the connection breaks, the client's task ends with an error without closing the
+        // output streams: stop reading then, rather than waiting for an end that never comes.
+        let joined = proc.join();
+        tokio::pin!(read, joined);
+        let (read, joined) = tokio::select! {
+            r = &mut read => (r, joined.await),
+            j = &mut joined => match j {
+                Err(e) => return lost(format!("connection lost before the exit status: {e}")),
+                Ok(()) => (read.await, Ok(())),
+            },
+        };
+        let (out, err) = match read {
+            Ok(v) => v,
+            Err(e) => return lost(format!("reading output: {e}")),
+        };
+        let Some(status) = status.await else {
             let why = match joined {
                 Err(e) => format!("connection lost before the exit status: {e}"),
                 Ok(()) => "connection closed before the exit status".into(),

@@ -87,7 +87,11 @@ fn target(path: &str) -> Option<Target> {
         _ => return None,
     };
     let prefix = &path[..path.len() - name.map_or(0, |n| n.len() + 1)];
-    let resource = if group.is_empty() { res.to_string() } else { format!("{res}.{group}") };
+    let resource = if group.is_empty() {
+        res.to_string()
+    } else {
+        format!("{res}.{group}")
+    };
     Some(Target {
         key: path.trim_end_matches('/').to_string(),
         collection: prefix.trim_end_matches('/').to_string(),
@@ -139,7 +143,9 @@ fn remove_path(v: &mut Value, path: &[String]) {
 }
 
 fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
-    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect()
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
 }
 
 fn selected(obj: &Value, selector: &str) -> bool {
@@ -151,7 +157,10 @@ fn selected(obj: &Value, selector: &str) -> bool {
 
 impl FakeK8s {
     pub async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner { protocols: vec!["v5.channel.k8s.io", "v4.channel.k8s.io"], ..Default::default() }));
+        let inner = Arc::new(Mutex::new(Inner {
+            protocols: vec!["v5.channel.k8s.io", "v4.channel.k8s.io"],
+            ..Default::default()
+        }));
         let app = Router::new()
             .route("/api/v1/namespaces/{ns}/pods/{pod}/exec", get(exec))
             .fallback(rest)
@@ -159,7 +168,10 @@ impl FakeK8s {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { inner, url: format!("http://{addr}") }
+        Self {
+            inner,
+            url: format!("http://{addr}"),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -213,7 +225,11 @@ impl FakeK8s {
     }
 
     pub fn requests(&self) -> Vec<(Method, String)> {
-        self.lock().log.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect()
+        self.lock()
+            .log
+            .iter()
+            .map(|(m, p, _)| (m.clone(), p.clone()))
+            .collect()
     }
 
     /// (content type, path, body) of each PATCH.
@@ -224,7 +240,10 @@ impl FakeK8s {
 
 fn take_fault(inner: &Mutex<Inner>, method: &Method, path: &str) -> Option<Fault> {
     let mut g = inner.lock().unwrap();
-    let i = g.faults.iter().position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
+    let i = g
+        .faults
+        .iter()
+        .position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
     g.faults.remove(i).map(|(_, _, f)| f)
 }
 
@@ -235,10 +254,25 @@ async fn apply_fault(f: Option<Fault>) -> Option<Response> {
             let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
                 "details": {"retryAfterSeconds": secs}, "code": 429});
-            Some((StatusCode::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], axum::Json(body)).into_response())
+            Some(
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", secs.to_string())],
+                    axum::Json(body),
+                )
+                    .into_response(),
+            )
         }
-        Some(Fault::Status(403, _)) => Some(status(403, "Forbidden", "User \"system:serviceaccount:onramp:onramp\" cannot do this")),
-        Some(Fault::Status(code, _)) => Some(status(code, "InternalError", "Internal error occurred: injected")),
+        Some(Fault::Status(403, _)) => Some(status(
+            403,
+            "Forbidden",
+            "User \"system:serviceaccount:onramp:onramp\" cannot do this",
+        )),
+        Some(Fault::Status(code, _)) => Some(status(
+            code,
+            "InternalError",
+            "Internal error occurred: injected",
+        )),
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
             None
@@ -247,9 +281,21 @@ async fn apply_fault(f: Option<Fault>) -> Option<Response> {
     }
 }
 
-async fn rest(State(inner): State<Arc<Mutex<Inner>>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn rest(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().to_string();
-    let Some(t) = target(&path) else { return status(404, "NotFound", "the server could not find the requested resource") };
+    let Some(t) = target(&path) else {
+        return status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    };
     let verb = match (&method, t.named) {
         (&Method::GET, true) => "get",
         (&Method::GET, false) => "list",
@@ -259,50 +305,104 @@ async fn rest(State(inner): State<Arc<Mutex<Inner>>>, method: Method, uri: Uri, 
         (&Method::PUT, _) => "update",
         _ => "unknown",
     };
-    let access = Access { verb: verb.into(), resource: t.access.0.clone(), namespace: t.access.1.clone() };
-    inner.lock().unwrap().log.push((method.clone(), uri.to_string(), access));
+    let access = Access {
+        verb: verb.into(),
+        resource: t.access.0.clone(),
+        namespace: t.access.1.clone(),
+    };
+    inner
+        .lock()
+        .unwrap()
+        .log
+        .push((method.clone(), uri.to_string(), access));
     if let Some(r) = apply_fault(take_fault(&inner, &method, &path)).await {
         return r;
     }
     let q = query_pairs(&uri);
     let mut g = inner.lock().unwrap();
-    let not_found = || status(404, "NotFound", &format!("{} \"{}\" not found", t.access.0, path.rsplit('/').next().unwrap()));
+    let not_found = || {
+        status(
+            404,
+            "NotFound",
+            &format!(
+                "{} \"{}\" not found",
+                t.access.0,
+                path.rsplit('/').next().unwrap()
+            ),
+        )
+    };
     match (verb, t.named) {
-        ("get", _) => g.objects.get(&t.key).map(|o| axum::Json(o.clone()).into_response()).unwrap_or_else(not_found),
+        ("get", _) => g
+            .objects
+            .get(&t.key)
+            .map(|o| axum::Json(o.clone()).into_response())
+            .unwrap_or_else(not_found),
         ("list", _) => {
-            let sel = q.iter().find(|(k, _)| k == "labelSelector").map(|(_, v)| v.clone()).unwrap_or_default();
+            let sel = q
+                .iter()
+                .find(|(k, _)| k == "labelSelector")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
             let items: Vec<Value> = g
                 .objects
                 .iter()
-                .filter(|(k, o)| k.rsplit_once('/').map(|(c, _)| c) == Some(t.collection.as_str()) && selected(o, &sel))
+                .filter(|(k, o)| {
+                    k.rsplit_once('/').map(|(c, _)| c) == Some(t.collection.as_str())
+                        && selected(o, &sel)
+                })
                 .map(|(_, o)| o.clone())
                 .collect();
             axum::Json(json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": g.version.to_string()}, "items": items}))
                 .into_response()
         }
         ("delete", true) => match g.objects.remove(&t.key) {
-            Some(_) => axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})).into_response(),
+            Some(_) => axum::Json(
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+            )
+            .into_response(),
             None => not_found(),
         },
         ("patch", true) => {
-            let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-            let Ok(patch) = serde_json::from_slice::<Value>(&body) else { return status(400, "BadRequest", "body is not JSON") };
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+                return status(400, "BadRequest", "body is not JSON");
+            };
             g.patches.push((ct.clone(), path.clone(), patch.clone()));
             let existing = g.objects.get(&t.key).cloned();
             let obj = if ct.starts_with("application/apply-patch+yaml") {
-                let Some(manager) = q.iter().find(|(k, _)| k == "fieldManager").map(|(_, v)| v.clone()) else {
+                let Some(manager) = q
+                    .iter()
+                    .find(|(k, _)| k == "fieldManager")
+                    .map(|(_, v)| v.clone())
+                else {
                     return status(400, "BadRequest", "fieldManager is required for apply");
                 };
-                let wanted_rv = patch["metadata"]["resourceVersion"].as_str().map(String::from);
+                let wanted_rv = patch["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(String::from);
                 let mut obj = match (&existing, &wanted_rv) {
                     (None, Some(_)) => return not_found(),
-                    (Some(o), Some(rv)) if o["metadata"]["resourceVersion"].as_str() != Some(rv) => {
-                        return status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again");
+                    (Some(o), Some(rv))
+                        if o["metadata"]["resourceVersion"].as_str() != Some(rv) =>
+                    {
+                        return status(
+                            409,
+                            "Conflict",
+                            "the object has been modified; please apply your changes to the latest version and try again",
+                        );
                     }
                     (Some(o), _) => o.clone(),
                     (None, None) => {
                         // Like the real API server: an apply that creates also needs `create`.
-                        let access = Access { verb: "create".into(), resource: t.access.0.clone(), namespace: t.access.1.clone() };
+                        let access = Access {
+                            verb: "create".into(),
+                            resource: t.access.0.clone(),
+                            namespace: t.access.1.clone(),
+                        };
                         g.log.push((method.clone(), uri.to_string(), access));
                         json!({})
                     }
@@ -311,7 +411,11 @@ async fn rest(State(inner): State<Arc<Mutex<Inner>>>, method: Method, uri: Uri, 
                 let mut body = patch.clone();
                 remove_path(&mut body, &["metadata".into(), "resourceVersion".into()]);
                 leaves(&body, vec![], &mut applied);
-                let before = g.managed.get(&(t.key.clone(), manager.clone())).cloned().unwrap_or_default();
+                let before = g
+                    .managed
+                    .get(&(t.key.clone(), manager.clone()))
+                    .cloned()
+                    .unwrap_or_default();
                 for gone in before.difference(&applied) {
                     remove_path(&mut obj, gone);
                 }
@@ -319,11 +423,17 @@ async fn rest(State(inner): State<Arc<Mutex<Inner>>>, method: Method, uri: Uri, 
                 g.managed.insert((t.key.clone(), manager), applied);
                 obj
             } else if ct.starts_with("application/merge-patch+json") {
-                let Some(mut obj) = existing else { return not_found() };
+                let Some(mut obj) = existing else {
+                    return not_found();
+                };
                 merge(&mut obj, &patch);
                 obj
             } else {
-                return status(415, "UnsupportedMediaType", &format!("the body of the request was in an unknown format: {ct}"));
+                return status(
+                    415,
+                    "UnsupportedMediaType",
+                    &format!("the body of the request was in an unknown format: {ct}"),
+                );
             };
             g.version += 1;
             let mut obj = obj;
@@ -331,7 +441,11 @@ async fn rest(State(inner): State<Arc<Mutex<Inner>>>, method: Method, uri: Uri, 
             g.objects.insert(t.key.clone(), obj.clone());
             axum::Json(obj).into_response()
         }
-        _ => status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"),
+        _ => status(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ),
     }
 }
 
@@ -343,23 +457,41 @@ async fn exec(
 ) -> Response {
     let path = uri.path().to_string();
     for verb in ["get", "create"] {
-        let access = Access { verb: verb.into(), resource: "pods/exec".into(), namespace: Some(ns.clone()) };
-        inner.lock().unwrap().log.push((Method::GET, uri.to_string(), access));
+        let access = Access {
+            verb: verb.into(),
+            resource: "pods/exec".into(),
+            namespace: Some(ns.clone()),
+        };
+        inner
+            .lock()
+            .unwrap()
+            .log
+            .push((Method::GET, uri.to_string(), access));
     }
     let fault = take_fault(&inner, &Method::GET, &path);
     let drop_mid_stream = matches!(fault, Some(Fault::DropExec));
     if let Some(r) = apply_fault(fault).await {
         return r;
     }
-    if !inner.lock().unwrap().objects.contains_key(&format!("/api/v1/namespaces/{ns}/pods/{pod}")) {
+    if !inner
+        .lock()
+        .unwrap()
+        .objects
+        .contains_key(&format!("/api/v1/namespaces/{ns}/pods/{pod}"))
+    {
         return status(404, "NotFound", &format!("pods \"{pod}\" not found"));
     }
-    let argv: Vec<String> = query_pairs(&uri).into_iter().filter(|(k, _)| k == "command").map(|(_, v)| v).collect();
+    let argv: Vec<String> = query_pairs(&uri)
+        .into_iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v)
+        .collect();
     if argv.is_empty() {
         return status(400, "BadRequest", "you must specify at least 1 command");
     }
     let protocols = inner.lock().unwrap().protocols.clone();
-    ws.protocols(protocols).on_upgrade(move |socket| run(socket, argv, drop_mid_stream))
+    ws.protocols(protocols)
+        .on_upgrade(move |socket| run(socket, argv, drop_mid_stream))
 }
 
 async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
@@ -375,7 +507,9 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
         Err(e) => {
             let s = json!({"metadata": {}, "status": "Failure", "reason": "InternalError", "code": 500,
                 "message": format!("Internal error occurred: error executing command in container: exec: \"{}\": {e}", argv[0])});
-            let _ = socket.send(Message::Binary(channel(3, s.to_string().as_bytes()))).await;
+            let _ = socket
+                .send(Message::Binary(channel(3, s.to_string().as_bytes())))
+                .await;
             let _ = socket.send(Message::Close(None)).await;
             return;
         }
@@ -389,11 +523,19 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             r = err.read(&mut eb), if err_open => (2u8, r.unwrap_or(0)),
         };
         if n == 0 {
-            if ch == 1 { out_open = false } else { err_open = false }
+            if ch == 1 {
+                out_open = false
+            } else {
+                err_open = false
+            }
             continue;
         }
         let data = if ch == 1 { &ob[..n] } else { &eb[..n] };
-        if socket.send(Message::Binary(channel(ch, data))).await.is_err() {
+        if socket
+            .send(Message::Binary(channel(ch, data)))
+            .await
+            .is_err()
+        {
             return;
         }
         if drop_mid_stream {
@@ -402,7 +544,11 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             return;
         }
     }
-    let code = child.wait().await.map(|s| s.code().unwrap_or(-1)).unwrap_or(-1);
+    let code = child
+        .wait()
+        .await
+        .map(|s| s.code().unwrap_or(-1))
+        .unwrap_or(-1);
     let st = if code == 0 {
         json!({"metadata": {}, "status": "Success"})
     } else {
@@ -410,7 +556,9 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             "message": format!("command terminated with non-zero exit code: error executing command [{}], exit code {code}", argv.join(" ")),
             "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
     };
-    let _ = socket.send(Message::Binary(channel(3, st.to_string().as_bytes()))).await;
+    let _ = socket
+        .send(Message::Binary(channel(3, st.to_string().as_bytes())))
+        .await;
     let _ = socket.send(Message::Close(None)).await;
 }
 

@@ -7,4 +7,5 @@ mod engine_mechanics;
 mod engine_processes;
 mod fake_k8s;
 mod k8s_api;
+mod k8s_exec;
 mod k8s_support;
