@@ -8,4 +8,5 @@ mod engine_processes;
 mod fake_k8s;
 mod k8s_api;
 mod k8s_exec;
+mod k8s_rbac;
 mod k8s_support;
