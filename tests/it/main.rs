@@ -10,3 +10,5 @@ mod k8s_api;
 mod k8s_exec;
 mod k8s_rbac;
 mod k8s_support;
+mod sshkey;
+mod storage;
