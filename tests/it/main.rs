@@ -10,5 +10,6 @@ mod k8s_api;
 mod k8s_exec;
 mod k8s_rbac;
 mod k8s_support;
+mod notify;
 mod sshkey;
 mod storage;
