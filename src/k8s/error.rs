@@ -54,31 +54,31 @@ impl fmt::Display for Call {
 #[derive(Debug, thiserror::Error)]
 pub enum K8sError {
     #[error("{call}: forbidden: onramp's service account lacks {} (see deploy/rbac.yaml); the API server said: {message}", call.permission())]
-    Forbidden { call: Call, message: String },
+    Forbidden { call: Box<Call>, message: String },
     #[error("{call}: not found: {message}")]
-    NotFound { call: Call, message: String },
+    NotFound { call: Box<Call>, message: String },
     #[error("{call}: the API server is rate limiting (429){}", retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
     TooManyRequests {
-        call: Call,
+        call: Box<Call>,
         retry_after: Option<Duration>,
     },
     #[error("{call}: API error {code} {reason}: {message}")]
     Api {
-        call: Call,
+        call: Box<Call>,
         code: u16,
         reason: String,
         message: String,
     },
     #[error("{call}: cannot talk to the API server")]
     Connection {
-        call: Call,
+        call: Box<Call>,
         #[source]
         source: kube::Error,
     },
     #[error("{call}: no answer within {after:?}")]
-    Timeout { call: Call, after: Duration },
+    Timeout { call: Box<Call>, after: Duration },
     #[error("{call}: unexpected answer: {what}")]
-    Invalid { call: Call, what: String },
+    Invalid { call: Box<Call>, what: String },
     #[error("deployment {namespace}/{deployment} has no Ready pod")]
     NoReadyPod {
         namespace: String,
@@ -134,6 +134,7 @@ impl K8sError {
 
     /// Classifies an error from the `kube` client for `call`.
     pub fn from_kube(call: Call, e: kube::Error) -> Self {
+        let call = Box::new(call);
         match e {
             kube::Error::Api(s) => match s.code {
                 403 => Self::Forbidden {
@@ -189,7 +190,7 @@ mod tests {
             Some("tenant-foo-authorized-keys"),
         );
         let e = K8sError::Forbidden {
-            call,
+            call: Box::new(call),
             message: "no".into(),
         };
         assert!(!e.is_retryable());
@@ -205,7 +206,7 @@ mod tests {
         let call = || Call::new("list", "nodes", None, None);
         assert!(
             K8sError::Api {
-                call: call(),
+                call: Box::new(call()),
                 code: 503,
                 reason: String::new(),
                 message: String::new()
@@ -214,7 +215,7 @@ mod tests {
         );
         assert!(
             !K8sError::Api {
-                call: call(),
+                call: Box::new(call()),
                 code: 422,
                 reason: String::new(),
                 message: String::new()
@@ -222,7 +223,7 @@ mod tests {
             .is_retryable()
         );
         let e = K8sError::TooManyRequests {
-            call: call(),
+            call: Box::new(call()),
             retry_after: Some(Duration::from_secs(3)),
         };
         assert!(e.is_retryable());

@@ -80,7 +80,7 @@ impl PodExec {
         let labels = d.spec.selector.match_labels.unwrap_or_default();
         if labels.is_empty() {
             return Err(K8sError::Invalid {
-                call,
+                call: Box::new(call),
                 what: "the Deployment's selector has no matchLabels".into(),
             });
         }
@@ -126,7 +126,7 @@ impl PodExec {
             (proc.stdout(), proc.stderr(), proc.take_status())
         else {
             return Err(K8sError::Invalid {
-                call,
+                call: Box::new(call),
                 what: "exec streams missing".into(),
             });
         };

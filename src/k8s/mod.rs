@@ -87,7 +87,10 @@ impl K8s {
     ) -> Result<T, K8sError> {
         let after = self.settings.k8s_timeout;
         match tokio::time::timeout(after, fut).await {
-            Err(_) => Err(K8sError::Timeout { call, after }),
+            Err(_) => Err(K8sError::Timeout {
+                call: Box::new(call),
+                after,
+            }),
             Ok(r) => r.map_err(|e| K8sError::from_kube(call, e)),
         }
     }
