@@ -136,28 +136,30 @@ impl PodExec {
             a.and(b).map(|_| (out, err))
         };
         let lost = |why: String| Ok(Err(TransportError::Transient(format!("{call}: {why}"))));
-        // When the connection breaks, the client's task ends with an error without closing the
-        // output streams: stop reading then, rather than waiting for an end that never comes.
-        let joined = proc.join();
-        tokio::pin!(read, joined);
-        let (read, joined) = tokio::select! {
-            r = &mut read => (r, joined.await),
-            j = &mut joined => match j {
-                Err(e) => return lost(format!("connection lost before the exit status: {e}")),
-                Ok(()) => (read.await, Ok(())),
+        // When the connection breaks, the client's task ends without a status and without
+        // closing the output streams: stop reading then, rather than wait for an end that never
+        // comes. (`join` is only called at the end: it closes stdin, which on v4 closes the
+        // whole WebSocket.)
+        tokio::pin!(read, status);
+        let (read, status) = tokio::select! {
+            r = &mut read => (r, status.await),
+            st = &mut status => match st {
+                None => (Ok((Vec::new(), Vec::new())), None),
+                Some(st) => (read.await, Some(st)),
             },
         };
-        let (out, err) = match read {
-            Ok(v) => v,
-            Err(e) => return lost(format!("reading output: {e}")),
-        };
-        let Some(status) = status.await else {
-            let why = match joined {
+        let Some(status) = status else {
+            let why = match proc.join().await {
                 Err(e) => format!("connection lost before the exit status: {e}"),
                 Ok(()) => "connection closed before the exit status".into(),
             };
             return lost(why);
         };
+        let (out, err) = match read {
+            Ok(v) => v,
+            Err(e) => return lost(format!("reading output: {e}")),
+        };
+        let _ = proc.join().await;
         let program = cmd.argv()[0].clone();
         Ok(exit_code(&status)
             .map(|code| Output {

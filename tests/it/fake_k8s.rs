@@ -521,6 +521,12 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
         let (ch, n) = tokio::select! {
             r = out.read(&mut ob), if out_open => (1u8, r.unwrap_or(0)),
             r = err.read(&mut eb), if err_open => (2u8, r.unwrap_or(0)),
+            // Read what the client sends meanwhile (v5 stdin close `[255, 0]`, pings): leaving
+            // it unread would make our close a reset that loses the status.
+            m = socket.recv() => match m {
+                Some(Ok(_)) => continue,
+                _ => return,
+            },
         };
         if n == 0 {
             if ch == 1 {
