@@ -66,6 +66,29 @@ async fn slurmctld_exec_runs_real_sacctmgr_over_v5_and_v4() {
 }
 
 #[tokio::test]
+async fn connects_through_a_kubeconfig() {
+    let (fake, _) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    let kc = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: other\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+         - name: wrong\n  cluster:\n    server: http://127.0.0.1:9\ncontexts:\n- name: test\n  context:\n    cluster: fake\n    user: u\n\
+         - name: other\n  context:\n    cluster: wrong\n    user: u\nusers:\n- name: u\n  user:\n    token: t0k3n\n",
+        fake.url
+    );
+    std::fs::write(&path, kc).unwrap();
+    let mut s = onramp::k8s::K8sArgs::defaults();
+    s.kubeconfig = Some(path);
+    s.k8s_context = Some("test".into());
+    let k8s = onramp::k8s::K8s::connect(s).await.unwrap();
+    let out = PodExec::slurmctld(&k8s)
+        .run(&Command::new("echo").arg("hi"), T)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "hi\n");
+}
+
+#[tokio::test]
 async fn exec_faults_are_typed() {
     let (fake, k8s) = cluster().await;
     let ctld = PodExec::slurmctld(&k8s);
