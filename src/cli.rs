@@ -42,7 +42,7 @@ pub enum Command {
     /// Apply the database migrations and exit.
     Migrate(DbArgs),
     /// Run the service: HTTP API, workers, or both.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Try onramp on this machine: a private PostgreSQL, the service, and sample jobs.
     Dev(DevArgs),
     /// Look at and act on jobs from the command line.

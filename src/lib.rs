@@ -49,7 +49,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 );
                 Ok(())
             }
-            Command::Serve(a) => serve::serve(a).await,
+            Command::Serve(a) => serve::serve(*a).await,
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
         }

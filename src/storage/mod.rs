@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use settings::{Backend, StorageArgs};
+pub use settings::{Backend, RunIn, StorageArgs};
 pub use size::{Quota, Size, SizeError};
 pub use template::Template;
 

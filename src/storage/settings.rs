@@ -65,9 +65,77 @@ pub struct StorageArgs {
         default_value = "already exists"
     )]
     pub storage_exists_pattern: String,
+    /// Where the filesystem CLI runs: `local`, `pod/<namespace>/<pod>` or
+    /// `deploy/<namespace>/<deployment>` (a Ready pod of it, through the Kubernetes exec API).
+    #[arg(long, env = "ONRAMP_STORAGE_RUN_IN", default_value = "local")]
+    pub storage_run_in: RunIn,
     /// Longest wait for one storage command.
     #[arg(long, env = "ONRAMP_STORAGE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub storage_timeout: Duration,
+}
+
+/// Where storage commands run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunIn {
+    Local,
+    Pod { namespace: String, target: Target2 },
+}
+
+/// A pod or a Deployment, by name.
+pub type Target2 = crate::k8s::exec::Target;
+
+impl std::str::FromStr for RunIn {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("{s:?} is not local, pod/<namespace>/<pod> or deploy/<namespace>/<deployment>")
+        };
+        if s == "local" {
+            return Ok(Self::Local);
+        }
+        let parts: Vec<&str> = s.split('/').collect();
+        let ok = |p: &str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        };
+        match parts.as_slice() {
+            [kind, ns, name] if ok(ns) && ok(name) => {
+                let target = match *kind {
+                    "pod" => Target2::Pod((*name).into()),
+                    "deploy" | "deployment" => Target2::Deployment((*name).into()),
+                    _ => return Err(bad()),
+                };
+                Ok(Self::Pod {
+                    namespace: (*ns).into(),
+                    target,
+                })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl RunIn {
+    /// The transport for this setting; a pod needs a Kubernetes client.
+    pub fn transport(
+        &self,
+        k8s: Option<&crate::k8s::K8s>,
+    ) -> Result<std::sync::Arc<dyn crate::exec::Transport>, String> {
+        match self {
+            Self::Local => Ok(std::sync::Arc::new(crate::exec::Local)),
+            Self::Pod { namespace, target } => {
+                let k8s =
+                    k8s.ok_or("--storage-run-in names a pod but Kubernetes is not configured")?;
+                Ok(std::sync::Arc::new(crate::k8s::exec::PodExec::new(
+                    k8s.clone(),
+                    namespace.clone(),
+                    target.clone(),
+                    None,
+                )))
+            }
+        }
+    }
 }
 
 impl StorageArgs {
@@ -115,5 +183,26 @@ impl StorageArgs {
             v.insert("name", n.as_str().into());
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_in_parses() {
+        assert_eq!("local".parse::<RunIn>(), Ok(RunIn::Local));
+        assert_eq!(
+            "deploy/weka-system/weka-cli".parse::<RunIn>(),
+            Ok(RunIn::Pod {
+                namespace: "weka-system".into(),
+                target: Target2::Deployment("weka-cli".into())
+            })
+        );
+        assert!("pod/ns".parse::<RunIn>().is_err());
+        assert!("vm/a/b".parse::<RunIn>().is_err());
+        assert!(RunIn::Local.transport(None).is_ok());
+        assert!("pod/a/b".parse::<RunIn>().unwrap().transport(None).is_err());
     }
 }

@@ -194,7 +194,7 @@ async fn enqueue_is_idempotent_by_dedupe_key_while_the_job_is_unfinished() {
         first[0].created && !first[1].created && first[0].id == first[1].id,
         "{first:?}"
     );
-    let again = engine.enqueue(&[a.clone()]).await.unwrap();
+    let again = engine.enqueue(std::slice::from_ref(&a)).await.unwrap();
     assert_eq!((again[0].id, again[0].created), (first[0].id, false));
     let count: i64 = sqlx::query_scalar("select count(*) from jobs")
         .fetch_one(&db.pool)
