@@ -6,6 +6,7 @@
 //!
 //! Every call is bounded by a timeout and its errors name the call ([`K8sError`]).
 
+pub mod api;
 pub mod error;
 pub mod exec;
 pub mod keys;
@@ -16,6 +17,7 @@ pub mod tenant;
 use std::future::Future;
 use std::time::Duration;
 
+pub use api::Kubernetes;
 pub use error::{Call, K8sError};
 pub use settings::K8sArgs;
 

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use onramp::exec::{Command, Transport};
-use onramp::k8s::exec::PodExec;
+use onramp::exec::Command;
+use onramp::k8s::Kubernetes;
 use onramp::names::Username;
 use onramp::sshkey::PublicKey;
 use serde_json::{Value, json};
@@ -71,6 +71,8 @@ fn role_for(a: &Access) -> &'static str {
 async fn rbac_grants_exactly_what_the_code_uses() {
     let (fake, _) = cluster().await;
     let k8s = client(&fake, |s| s.manage_keys = true);
+    // Through the trait object flows hold.
+    let k8s: std::sync::Arc<dyn Kubernetes> = std::sync::Arc::new(k8s);
     let t = tenant();
     let u = Username::parse("alice").unwrap();
     let key = PublicKey::parse(
@@ -82,14 +84,11 @@ async fn rbac_grants_exactly_what_the_code_uses() {
     k8s.key_state(&t, &u, &key).await.unwrap();
     k8s.put_key(&t, &u, &key).await.unwrap();
     k8s.remove_key(&t, &u).await.unwrap();
-    PodExec::slurmctld(&k8s)
+    k8s.slurmctld()
         .run(&Command::new("true"), t30)
         .await
         .unwrap();
-    PodExec::login(&k8s, &t)
-        .run(&Command::new("true"), t30)
-        .await
-        .unwrap();
+    k8s.login(&t).run(&Command::new("true"), t30).await.unwrap();
     k8s.restart_login(&t).await.unwrap();
     k8s.apply_network_policy(&t).await.unwrap();
     fake.put(
