@@ -133,6 +133,20 @@ impl LoginPod {
         }
     }
 
+    /// `test -e`: whether a path exists (exit 1 = no), whatever language error messages are in.
+    async fn exists(&self, path: &str) -> Result<bool, LoginError> {
+        let cmd = Command::new("test").args(["-e", path]);
+        match self.run(cmd.clone()).await? {
+            o if o.code == 0 => Ok(true),
+            o if o.code == 1 => Ok(false),
+            o => Err(LoginError::Failed {
+                command: cmd.to_string(),
+                code: o.code,
+                stderr: o.stderr.trim().into(),
+            }),
+        }
+    }
+
     /// Creates `$HOME` owned by `uid:gid` (numbers, not names), mode 700, from the skeleton.
     pub async fn ensure_home(
         &self,
@@ -155,7 +169,7 @@ impl LoginPod {
                 expected: owner,
             });
         }
-        if !out.stderr.contains("No such file") {
+        if self.exists(&home).await? {
             return Err(LoginError::Failed {
                 command: stat.to_string(),
                 code: out.code,
@@ -198,7 +212,7 @@ impl LoginPod {
         let out = self.run(cmd.clone()).await?;
         if out.success() {
             Ok(compare(&out.stdout, expected))
-        } else if out.stderr.contains("No such file") {
+        } else if !self.exists(&path).await? {
             Ok(KeyState::Missing)
         } else {
             Err(LoginError::Failed {
@@ -311,9 +325,8 @@ mod tests {
     #[tokio::test]
     async fn new_home_is_built_aside_and_renamed() {
         let r = Recorder::replying(|c| match c.argv()[0].as_str() {
-            "stat" => Output {
+            "stat" | "test" => Output {
                 code: 1,
-                stderr: "stat: cannot statx '/home/alice': No such file or directory".into(),
                 ..Default::default()
             },
             _ => Output::default(),
