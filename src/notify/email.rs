@@ -55,14 +55,18 @@ impl Notifier for Email {
                 .subject(&msg.subject)
                 .body(msg.text.clone())
                 .map_err(|e| unusable(e.to_string()))?;
-            self.transport
-                .send(email)
-                .await
-                .map_err(|e| NotifyError::Send {
-                    channel: CHANNEL,
-                    reason: "the SMTP server did not take the message".into(),
-                    source: Some(Box::new(e)),
-                })?;
+            self.transport.send(email).await.map_err(|e| {
+                if e.is_permanent() {
+                    // A 5xx answer (no such mailbox, relaying denied): retrying won't help.
+                    unusable(format!("the SMTP server refused the message: {e}"))
+                } else {
+                    NotifyError::Send {
+                        channel: CHANNEL,
+                        reason: "the SMTP server did not take the message".into(),
+                        source: Some(Box::new(e)),
+                    }
+                }
+            })?;
             Ok(())
         })
     }

@@ -2,9 +2,10 @@
 //! trait, [`Notifier`], with the onboarding and offboarding texts in [`templates`].
 //!
 //! How flows treat a notification: it is the last step of a flow, after every effect has been
-//! made and verified. A failure is retryable (the step retries with its own policy) and never
-//! blocks or undoes anything else: when its retries run out, the job records the notification
-//! as failed and the onboarding or offboarding itself stays done. A retried step may send a
+//! made and verified. A failure is retryable (the step retries with its own policy; only a
+//! missing or refused address is not, [`NotifyError::is_retryable`]) and never blocks or
+//! undoes anything else: when its retries run out, or the error is permanent, the job records
+//! the notification as failed and the onboarding or offboarding itself stays done. A retried step may send a
 //! message twice only if the first attempt's answer was lost; flows record a sent message in
 //! the step's result so that a re-run of the job does not send it again.
 
