@@ -123,7 +123,7 @@ impl Smtpd {
             .expect("python3 with aiosmtpd (pip install aiosmtpd)");
         eventually(
             Duration::from_secs(15),
-            "aiosmtpd to listen",
+            "aiosmtpd to listen (is it installed? pip install aiosmtpd)",
             || async move {
                 tokio::net::TcpStream::connect(("127.0.0.1", port))
                     .await
