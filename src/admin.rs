@@ -13,23 +13,10 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
     let out = match args.action {
         JobsAction::List { state, limit } => {
-            let state = state
-                .as_deref()
-                .map(str::parse::<JobState>)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
-            let jobs = engine
-                .list(&JobFilter {
-                    state,
-                    limit,
-                    ..Default::default()
-                })
-                .await?;
+            let state = state.as_deref().map(str::parse::<JobState>).transpose().map_err(anyhow::Error::msg)?;
+            let jobs = engine.list(&JobFilter { state, limit, ..Default::default() }).await?;
             for j in &jobs {
-                println!(
-                    "{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})",
-                    j.id, j.state, j.kind, j.subject, j.step, j.attempt
-                );
+                println!("{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})", j.id, j.state, j.kind, j.subject, j.step, j.attempt);
             }
             return Ok(());
         }
@@ -38,15 +25,10 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
             "steps": engine.step_runs(id).await?,
             "events": engine.events(id).await?,
         }),
-        JobsAction::Cancel { id, reason } => {
-            json!(engine.cancel(id, &actor, reason.as_deref()).await?)
-        }
+        JobsAction::Cancel { id, reason } => json!(engine.cancel(id, &actor, reason.as_deref()).await?),
         JobsAction::Retry { id } => json!(engine.retry(id, &actor).await?),
         JobsAction::Approve { id } => json!(engine.approve(id, &actor).await?),
     };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&out).context("printing")?
-    );
+    println!("{}", serde_json::to_string_pretty(&out).context("printing")?);
     Ok(())
 }

@@ -75,12 +75,7 @@ pub struct HttpArgs {
     #[arg(long, env = "ONRAMP_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Bearer token for the /v1 API. Without it the API answers 503.
-    #[arg(
-        long,
-        env = "ONRAMP_API_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+    #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub api_token: Option<Secret>,
 }
 
@@ -200,8 +195,7 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             a.strip_prefix("--config=").map(PathBuf::from)
         }
     });
-    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from))
-    else {
+    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)) else {
         return Ok(());
     };
     for (k, v) in read_settings_file(&path)? {
@@ -222,11 +216,7 @@ fn one_line(e: &clap::Error) -> String {
         _ => vec![],
     };
     let with_env = |arg: &str| {
-        let long = arg
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("--");
+        let long = arg.split_whitespace().next().unwrap_or("").trim_start_matches("--");
         match find_env(&<Cli as clap::CommandFactory>::command(), long) {
             Some(env) => format!("{arg} (environment: {env})"),
             None => arg.to_string(),
@@ -237,19 +227,11 @@ fn one_line(e: &clap::Error) -> String {
         return format!("missing setting: {}", names.join(", "));
     }
     let text = e.to_string();
-    let first = text
-        .lines()
-        .next()
-        .unwrap_or("invalid command line")
-        .trim_start_matches("error: ");
+    let first = text.lines().next().unwrap_or("invalid command line").trim_start_matches("error: ");
     match args.first() {
         Some(arg) => {
             let named = with_env(arg);
-            if named.len() > arg.len() {
-                format!("{first}{}", &named[arg.len()..])
-            } else {
-                first.to_string()
-            }
+            if named.len() > arg.len() { format!("{first}{}", &named[arg.len()..]) } else { first.to_string() }
         }
         None => first.to_string(),
     }
@@ -274,55 +256,25 @@ mod tests {
 
     #[test]
     fn malformed_setting_is_one_line_naming_it() {
-        let e = Cli::try_parse_from([
-            "onramp",
-            "serve",
-            "--database-url",
-            "postgres://x",
-            "--lease",
-            "ten",
-        ])
-        .unwrap_err();
+        let e = Cli::try_parse_from(["onramp", "serve", "--database-url", "postgres://x", "--lease", "ten"]).unwrap_err();
         let line = one_line(&e);
         assert!(!line.contains('\n'), "{line}");
-        assert!(
-            line.contains("--lease") && line.contains("ONRAMP_LEASE"),
-            "{line}"
-        );
+        assert!(line.contains("--lease") && line.contains("ONRAMP_LEASE"), "{line}");
     }
 
     #[test]
     fn backend_settings_are_serve_flags() {
         let cli = Cli::try_parse_from([
-            "onramp",
-            "serve",
-            "--database-url",
-            "postgres://x",
-            "--storage-backend",
-            "lustre",
-            "--slurmctld-deployment",
-            "ctld",
-            "--smtp-url",
-            "smtp://127.0.0.1:25",
+            "onramp", "serve", "--database-url", "postgres://x", "--storage-backend", "lustre",
+            "--slurmctld-deployment", "ctld", "--smtp-url", "smtp://127.0.0.1:25",
         ])
         .unwrap();
-        let Command::Serve(a) = cli.command else {
-            panic!()
-        };
+        let Command::Serve(a) = cli.command else { panic!("not serve") };
         assert_eq!(a.k8s.slurmctld_deployment, "ctld");
         assert_eq!(a.storage.storage_backend, crate::storage::Backend::Lustre);
         assert!(a.notify.smtp_url.is_some() && a.notify.slack_webhook_url.is_none());
-        let help = Cli::command()
-            .find_subcommand_mut("serve")
-            .unwrap()
-            .render_long_help()
-            .to_string();
-        for s in [
-            "ONRAMP_KUBECONFIG",
-            "ONRAMP_WEKA_BIN",
-            "ONRAMP_SMTP_URL",
-            "[default: slurm-control]",
-        ] {
+        let help = Cli::command().find_subcommand_mut("serve").unwrap().render_long_help().to_string();
+        for s in ["ONRAMP_KUBECONFIG", "ONRAMP_WEKA_BIN", "ONRAMP_SMTP_URL", "[default: slurm-control]"] {
             assert!(help.contains(s), "serve --help lacks {s}");
         }
     }

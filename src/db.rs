@@ -38,9 +38,6 @@ pub async fn connect(url: &Secret, max_connections: u32) -> anyhow::Result<PgPoo
 }
 
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR
-        .run(pool)
-        .await
-        .context("applying database migrations")?;
+    MIGRATOR.run(pool).await.context("applying database migrations")?;
     Ok(())
 }

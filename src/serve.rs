@@ -17,22 +17,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db::migrate(&pool).await?;
     }
     let engine = Engine::new(pool, flows::registry());
-    let listener =
-        match args.role {
-            Role::Worker => None,
-            _ => Some(TcpListener::bind(args.http.listen).await.with_context(|| {
-                format!("cannot listen on {} (ONRAMP_LISTEN)", args.http.listen)
-            })?),
-        };
+    let listener = match args.role {
+        Role::Worker => None,
+        _ => Some(
+            TcpListener::bind(args.http.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.http.listen))?,
+        ),
+    };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
-    run(
-        engine,
-        listener,
-        args.http.api_token,
-        worker,
-        shutdown_on_signal(),
-    )
-    .await
+    run(engine, listener, args.http.api_token, worker, shutdown_on_signal()).await
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
@@ -65,11 +59,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let stats = Arc::new(WorkerStats::default());
     let http = listener.map(|l| {
-        let state = http::AppState {
-            engine: engine.clone(),
-            stats: stats.clone(),
-            api_token,
-        };
+        let state = http::AppState { engine: engine.clone(), stats: stats.clone(), api_token };
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }
@@ -93,8 +83,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}

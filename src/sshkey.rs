@@ -64,17 +64,10 @@ impl PublicKey {
             .map(|t| String::from_utf8_lossy(t).into_owned())
             .ok_or(KeyError::Shape)?;
         if inner != kind {
-            return Err(KeyError::Mismatch {
-                outer: kind.into(),
-                inner,
-            });
+            return Err(KeyError::Mismatch { outer: kind.into(), inner });
         }
         let comment = parts.collect::<Vec<_>>().join(" ");
-        Ok(Self {
-            kind: kind.into(),
-            blob,
-            comment,
-        })
+        Ok(Self { kind: kind.into(), blob, comment })
     }
 
     pub fn kind(&self) -> &str {
@@ -83,10 +76,7 @@ impl PublicKey {
 
     /// `SHA256:…`, as `ssh-keygen -lf` prints it.
     pub fn fingerprint(&self) -> String {
-        format!(
-            "SHA256:{}",
-            STANDARD_NO_PAD.encode(Sha256::digest(&self.blob))
-        )
+        format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(&self.blob)))
     }
 
     /// The line to write into an `authorized_keys` file (with the comment, if any).
@@ -115,10 +105,7 @@ impl std::str::FromStr for PublicKey {
 
 /// Every key in an `authorized_keys` text (blank lines, comments and unparsable lines skipped).
 pub fn keys_in(text: &str) -> Vec<PublicKey> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| PublicKey::parse(l).ok())
-        .collect()
+    text.lines().filter(|l| !l.trim_start().starts_with('#')).filter_map(|l| PublicKey::parse(l).ok()).collect()
 }
 
 #[cfg(test)]
@@ -139,23 +126,11 @@ mod tests {
 
     #[test]
     fn refuses_bad_lines() {
-        assert_eq!(
-            PublicKey::parse("ssh-ed25519").unwrap_err(),
-            KeyError::Shape
-        );
-        assert!(matches!(
-            PublicKey::parse("ssh-dss AAAA").unwrap_err(),
-            KeyError::Type(_)
-        ));
-        assert_eq!(
-            PublicKey::parse("ssh-ed25519 !!!").unwrap_err(),
-            KeyError::Base64
-        );
+        assert_eq!(PublicKey::parse("ssh-ed25519").unwrap_err(), KeyError::Shape);
+        assert!(matches!(PublicKey::parse("ssh-dss AAAA").unwrap_err(), KeyError::Type(_)));
+        assert_eq!(PublicKey::parse("ssh-ed25519 !!!").unwrap_err(), KeyError::Base64);
         let lying = ED.replace("ssh-ed25519", "ssh-rsa");
-        assert!(matches!(
-            PublicKey::parse(&lying).unwrap_err(),
-            KeyError::Mismatch { .. }
-        ));
+        assert!(matches!(PublicKey::parse(&lying).unwrap_err(), KeyError::Mismatch { .. }));
         assert_eq!(keys_in(&format!("# c\n\n{ED}\njunk\n")).len(), 1);
     }
 }

@@ -16,11 +16,10 @@ async fn lock(
     action: &'static str,
     allowed: &[JobState],
 ) -> Result<(JobState, String), EngineError> {
-    let row: Option<(String, String)> =
-        sqlx::query_as("select state, step from jobs where id = $1 for update")
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let row: Option<(String, String)> = sqlx::query_as("select state, step from jobs where id = $1 for update")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
     let (state, step) = row.ok_or(EngineError::NotFound(id))?;
     let state: JobState = state.parse().map_err(EngineError::Corrupt)?;
     if !allowed.contains(&state) {
@@ -52,35 +51,16 @@ async fn record(
     Ok(())
 }
 
-async fn notify(
-    tx: &mut Transaction<'_, Postgres>,
-    channel: &str,
-    payload: &str,
-) -> Result<(), EngineError> {
-    sqlx::query("select pg_notify($1, $2)")
-        .bind(channel)
-        .bind(payload)
-        .execute(&mut **tx)
-        .await?;
+async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str, payload: &str) -> Result<(), EngineError> {
+    sqlx::query("select pg_notify($1, $2)").bind(channel).bind(payload).execute(&mut **tx).await?;
     Ok(())
 }
 
 /// Cancels an unfinished job. A step that is running is told to stop, and its result is refused.
-pub async fn cancel(
-    pool: &PgPool,
-    id: i64,
-    actor: &Actor,
-    reason: Option<&str>,
-) -> Result<Job, EngineError> {
+pub async fn cancel(pool: &PgPool, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
     use JobState::*;
     let mut tx = pool.begin().await?;
-    let (from, step) = lock(
-        &mut tx,
-        id,
-        "cancel",
-        &[Pending, Running, Waiting, NeedsApproval, Failed],
-    )
-    .await?;
+    let (from, step) = lock(&mut tx, id, "cancel", &[Pending, Running, Waiting, NeedsApproval, Failed]).await?;
     sqlx::query(
         "update jobs set state = 'cancelled', lease_owner = null, finished_at = now(), updated_at = now()
          where id = $1",
@@ -117,16 +97,7 @@ pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineE
     .bind(id)
     .execute(&mut *tx)
     .await?;
-    record(
-        &mut tx,
-        id,
-        from,
-        JobState::Pending,
-        &step,
-        actor,
-        Some("retry from the failed step"),
-    )
-    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("retry from the failed step")).await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
     tx.commit().await?;
     job(pool, id).await
@@ -145,16 +116,7 @@ pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, Engin
     .bind(actor.as_str())
     .execute(&mut *tx)
     .await?;
-    record(
-        &mut tx,
-        id,
-        from,
-        JobState::Pending,
-        &step,
-        actor,
-        Some("approved"),
-    )
-    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("approved")).await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
     tx.commit().await?;
     job(pool, id).await
@@ -183,10 +145,7 @@ pub struct JobFilter {
 
 pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError> {
     let (exact, prefix) = match f.subject.as_deref() {
-        Some(s) if s.ends_with('/') => (
-            None,
-            Some(format!("{}%", s.replace('%', "\\%").replace('_', "\\_"))),
-        ),
+        Some(s) if s.ends_with('/') => (None, Some(format!("{}%", s.replace('%', "\\%").replace('_', "\\_")))),
         other => (other, None),
     };
     let rows = sqlx::query_as(&format!(
@@ -209,19 +168,9 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
 }
 
 pub async fn step_runs(pool: &PgPool, id: i64) -> Result<Vec<StepRun>, EngineError> {
-    Ok(
-        sqlx::query_as("select * from step_runs where job_id = $1 order by id")
-            .bind(id)
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_as("select * from step_runs where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
 }
 
 pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError> {
-    Ok(
-        sqlx::query_as("select * from job_events where job_id = $1 order by id")
-            .bind(id)
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_as("select * from job_events where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
 }

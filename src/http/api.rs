@@ -65,44 +65,21 @@ struct ListQuery {
     limit: Option<u32>,
 }
 
-async fn list(
-    _: Caller,
-    State(s): State<AppState>,
-    Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, Problem> {
-    let state = q
-        .state
-        .as_deref()
-        .map(str::parse::<JobState>)
-        .transpose()
-        .map_err(Problem::bad_request)?;
+async fn list(_: Caller, State(s): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Value>, Problem> {
+    let state = q.state.as_deref().map(str::parse::<JobState>).transpose().map_err(Problem::bad_request)?;
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let filter = JobFilter {
-        state,
-        kind: q.kind,
-        subject: q.subject,
-        created_since: q.created_since,
-        before_id: q.before,
-        limit,
-    };
+    let filter =
+        JobFilter { state, kind: q.kind, subject: q.subject, created_since: q.created_since, before_id: q.before, limit };
     let jobs = s.engine.list(&filter).await?;
-    let next = (jobs.len() == limit as usize)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
+    let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
     Ok(Json(json!({ "jobs": jobs, "next": next })))
 }
 
-async fn show(
-    _: Caller,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Value>, Problem> {
+async fn show(_: Caller, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Value>, Problem> {
     let job = s.engine.job(id).await?;
     let steps = s.engine.step_runs(id).await?;
     let events = s.engine.events(id).await?;
-    Ok(Json(
-        json!({ "job": job, "steps": steps, "events": events }),
-    ))
+    Ok(Json(json!({ "job": job, "steps": steps, "events": events })))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,18 +97,10 @@ async fn cancel(
     Ok(Json(s.engine.cancel(id, &actor, reason.as_deref()).await?))
 }
 
-async fn retry(
-    Caller(actor): Caller,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Job>, Problem> {
+async fn retry(Caller(actor): Caller, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
     Ok(Json(s.engine.retry(id, &actor).await?))
 }
 
-async fn approve(
-    Caller(actor): Caller,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Job>, Problem> {
+async fn approve(Caller(actor): Caller, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
     Ok(Json(s.engine.approve(id, &actor).await?))
 }

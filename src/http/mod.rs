@@ -33,12 +33,6 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves until `shutdown` is cancelled, then finishes the requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

@@ -18,45 +18,20 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(
-        status: StatusCode,
-        kind: &str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            kind: format!("urn:onramp:problem:{kind}"),
-            title,
-            status: status.as_u16(),
-            detail: detail.into(),
-        }
+    pub fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self { kind: format!("urn:onramp:problem:{kind}"), title, status: status.as_u16(), detail: detail.into() }
     }
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
     }
     pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Unauthorized",
-            "a valid bearer token is required",
-        )
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", "a valid bearer token is required")
     }
     pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "bad-request",
-            "Bad request",
-            detail,
-        )
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", "Bad request", detail)
     }
     pub fn internal() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal error",
-            "see the service's log",
-        )
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "see the service's log")
     }
 }
 
@@ -64,10 +39,7 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut res = (status, Json(self)).into_response();
-        res.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         res
     }
 }
@@ -76,12 +48,9 @@ impl From<EngineError> for Problem {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::NotFound(id) => Problem::not_found(format!("job {id} not found")),
-            e @ EngineError::InvalidState { .. } => Problem::new(
-                StatusCode::CONFLICT,
-                "invalid-state",
-                "Not possible in the job's state",
-                e.to_string(),
-            ),
+            e @ EngineError::InvalidState { .. } => {
+                Problem::new(StatusCode::CONFLICT, "invalid-state", "Not possible in the job's state", e.to_string())
+            }
             e @ EngineError::UnknownKind(_) => Problem::bad_request(e.to_string()),
             e => {
                 tracing::error!(error = %e, "request failed");

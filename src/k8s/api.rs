@@ -25,18 +25,9 @@ pub trait Kubernetes: Send + Sync {
         key: &'a PublicKey,
     ) -> K8sFuture<'a, KeyState>;
     /// Writes the user's key into the Secret (only with `--manage-keys`).
-    fn put_key<'a>(
-        &'a self,
-        tenant: &'a TenantName,
-        user: &'a Username,
-        key: &'a PublicKey,
-    ) -> K8sFuture<'a, Applied>;
+    fn put_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied>;
     /// Removes the user's key from the Secret (only with `--manage-keys`).
-    fn remove_key<'a>(
-        &'a self,
-        tenant: &'a TenantName,
-        user: &'a Username,
-    ) -> K8sFuture<'a, Applied>;
+    fn remove_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username) -> K8sFuture<'a, Applied>;
     fn apply_network_policy<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, ()>;
     fn remove_node_labels<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, Vec<String>>;
     fn restart_login<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, ()>;
@@ -57,19 +48,10 @@ impl Kubernetes for K8s {
     ) -> K8sFuture<'a, KeyState> {
         Box::pin(K8s::key_state(self, tenant, user, key))
     }
-    fn put_key<'a>(
-        &'a self,
-        tenant: &'a TenantName,
-        user: &'a Username,
-        key: &'a PublicKey,
-    ) -> K8sFuture<'a, Applied> {
+    fn put_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied> {
         Box::pin(K8s::put_key(self, tenant, user, key))
     }
-    fn remove_key<'a>(
-        &'a self,
-        tenant: &'a TenantName,
-        user: &'a Username,
-    ) -> K8sFuture<'a, Applied> {
+    fn remove_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username) -> K8sFuture<'a, Applied> {
         Box::pin(K8s::remove_key(self, tenant, user))
     }
     fn apply_network_policy<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, ()> {

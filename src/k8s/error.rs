@@ -15,18 +15,8 @@ pub struct Call {
 }
 
 impl Call {
-    pub fn new(
-        verb: &'static str,
-        resource: impl Into<String>,
-        namespace: Option<&str>,
-        name: Option<&str>,
-    ) -> Self {
-        Self {
-            verb,
-            resource: resource.into(),
-            namespace: namespace.map(Into::into),
-            name: name.map(Into::into),
-        }
+    pub fn new(verb: &'static str, resource: impl Into<String>, namespace: Option<&str>, name: Option<&str>) -> Self {
+        Self { verb, resource: resource.into(), namespace: namespace.map(Into::into), name: name.map(Into::into) }
     }
     /// The permission this call needs, as a person would grant it.
     pub fn permission(&self) -> String {
@@ -58,17 +48,9 @@ pub enum K8sError {
     #[error("{call}: not found: {message}")]
     NotFound { call: Box<Call>, message: String },
     #[error("{call}: the API server is rate limiting (429){}", retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
-    TooManyRequests {
-        call: Box<Call>,
-        retry_after: Option<Duration>,
-    },
+    TooManyRequests { call: Box<Call>, retry_after: Option<Duration> },
     #[error("{call}: API error {code} {reason}: {message}")]
-    Api {
-        call: Box<Call>,
-        code: u16,
-        reason: String,
-        message: String,
-    },
+    Api { call: Box<Call>, code: u16, reason: String, message: String },
     #[error("{call}: cannot talk to the API server")]
     Connection {
         call: Box<Call>,
@@ -80,10 +62,7 @@ pub enum K8sError {
     #[error("{call}: unexpected answer: {what}")]
     Invalid { call: Box<Call>, what: String },
     #[error("deployment {namespace}/{deployment} has no Ready pod")]
-    NoReadyPod {
-        namespace: String,
-        deployment: String,
-    },
+    NoReadyPod { namespace: String, deployment: String },
     #[error("Kubernetes configuration: {0}")]
     Config(String),
 }
@@ -92,16 +71,12 @@ impl K8sError {
     /// Worth trying again later without a person acting.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::TooManyRequests { .. }
-            | Self::Connection { .. }
-            | Self::Timeout { .. }
-            | Self::NoReadyPod { .. } => true,
+            Self::TooManyRequests { .. } | Self::Connection { .. } | Self::Timeout { .. } | Self::NoReadyPod { .. } => {
+                true
+            }
             // 409: someone else changed the object between our read and our write.
             Self::Api { code, .. } => *code >= 500 || *code == 409,
-            Self::Forbidden { .. }
-            | Self::NotFound { .. }
-            | Self::Invalid { .. }
-            | Self::Config(_) => false,
+            Self::Forbidden { .. } | Self::NotFound { .. } | Self::Invalid { .. } | Self::Config(_) => false,
         }
     }
 
@@ -137,14 +112,8 @@ impl K8sError {
         let call = Box::new(call);
         match e {
             kube::Error::Api(s) => match s.code {
-                403 => Self::Forbidden {
-                    call,
-                    message: s.message,
-                },
-                404 => Self::NotFound {
-                    call,
-                    message: s.message,
-                },
+                403 => Self::Forbidden { call, message: s.message },
+                404 => Self::NotFound { call, message: s.message },
                 429 => Self::TooManyRequests {
                     call,
                     retry_after: s
@@ -154,25 +123,11 @@ impl K8sError {
                         .filter(|s| *s > 0)
                         .map(|s| Duration::from_secs(s.into())),
                 },
-                code => Self::Api {
-                    call,
-                    code,
-                    reason: s.reason,
-                    message: s.message,
-                },
+                code => Self::Api { call, code, reason: s.reason, message: s.message },
             },
-            kube::Error::SerdeError(e) => Self::Invalid {
-                call,
-                what: e.to_string(),
-            },
-            kube::Error::BuildRequest(e) => Self::Invalid {
-                call,
-                what: e.to_string(),
-            },
-            other => Self::Connection {
-                call,
-                source: other,
-            },
+            kube::Error::SerdeError(e) => Self::Invalid { call, what: e.to_string() },
+            kube::Error::BuildRequest(e) => Self::Invalid { call, what: e.to_string() },
+            other => Self::Connection { call, source: other },
         }
     }
 }
@@ -183,49 +138,24 @@ mod tests {
 
     #[test]
     fn forbidden_names_the_permission() {
-        let call = Call::new(
-            "get",
-            "secrets",
-            Some("tenant-foo"),
-            Some("tenant-foo-authorized-keys"),
-        );
-        let e = K8sError::Forbidden {
-            call: Box::new(call),
-            message: "no".into(),
-        };
+        let call = Call::new("get", "secrets", Some("tenant-foo"), Some("tenant-foo-authorized-keys"));
+        let e = K8sError::Forbidden { call: Box::new(call), message: "no".into() };
         assert!(!e.is_retryable());
-        assert!(
-            e.to_string()
-                .contains("lacks \"get\" on \"secrets\" in namespace tenant-foo"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("lacks \"get\" on \"secrets\" in namespace tenant-foo"), "{e}");
     }
 
     #[test]
     fn classification() {
         let call = || Call::new("list", "nodes", None, None);
         assert!(
-            K8sError::Api {
-                call: Box::new(call()),
-                code: 503,
-                reason: String::new(),
-                message: String::new()
-            }
-            .is_retryable()
+            K8sError::Api { call: Box::new(call()), code: 503, reason: String::new(), message: String::new() }
+                .is_retryable()
         );
         assert!(
-            !K8sError::Api {
-                call: Box::new(call()),
-                code: 422,
-                reason: String::new(),
-                message: String::new()
-            }
-            .is_retryable()
+            !K8sError::Api { call: Box::new(call()), code: 422, reason: String::new(), message: String::new() }
+                .is_retryable()
         );
-        let e = K8sError::TooManyRequests {
-            call: Box::new(call()),
-            retry_after: Some(Duration::from_secs(3)),
-        };
+        let e = K8sError::TooManyRequests { call: Box::new(call()), retry_after: Some(Duration::from_secs(3)) };
         assert!(e.is_retryable());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
         assert!(call().permission().ends_with("cluster-wide"));

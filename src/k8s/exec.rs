@@ -29,41 +29,21 @@ pub struct PodExec {
 }
 
 impl PodExec {
-    pub fn new(
-        k8s: K8s,
-        namespace: impl Into<String>,
-        target: Target,
-        container: Option<String>,
-    ) -> Self {
-        Self {
-            k8s,
-            namespace: namespace.into(),
-            target,
-            container,
-        }
+    pub fn new(k8s: K8s, namespace: impl Into<String>, target: Target, container: Option<String>) -> Self {
+        Self { k8s, namespace: namespace.into(), target, container }
     }
 
     /// `deploy/slurmctld` in the Slurm namespace, from settings.
     pub fn slurmctld(k8s: &K8s) -> Self {
         let s = k8s.settings();
         let target = Target::Deployment(s.slurmctld_deployment.clone());
-        Self::new(
-            k8s.clone(),
-            s.slurm_namespace.clone(),
-            target,
-            s.slurmctld_container.clone(),
-        )
+        Self::new(k8s.clone(), s.slurm_namespace.clone(), target, s.slurmctld_container.clone())
     }
 
     /// The login pod of a tenant (its namespace is the tenant name).
     pub fn login(k8s: &K8s, tenant: &crate::names::TenantName) -> Self {
         let s = k8s.settings();
-        Self::new(
-            k8s.clone(),
-            tenant.as_str(),
-            Target::Pod(s.login_pod.clone()),
-            s.login_container.clone(),
-        )
+        Self::new(k8s.clone(), tenant.as_str(), Target::Pod(s.login_pod.clone()), s.login_container.clone())
     }
 
     /// The pod to exec into: the named one, or a Ready pod of the Deployment (first by name).
@@ -73,8 +53,7 @@ impl PodExec {
             Target::Deployment(d) => d,
         };
         let ns = Some(self.namespace.as_str());
-        let deployments: Api<Deployment> =
-            Api::namespaced(self.k8s.client().clone(), &self.namespace);
+        let deployments: Api<Deployment> = Api::namespaced(self.k8s.client().clone(), &self.namespace);
         let call = Call::new("get", "deployments.apps", ns, Some(name));
         let d = self.k8s.call(call.clone(), deployments.get(name)).await?;
         let labels = d.spec.selector.match_labels.unwrap_or_default();
@@ -87,48 +66,28 @@ impl PodExec {
         let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let pods: Api<Pod> = Api::namespaced(self.k8s.client().clone(), &self.namespace);
         let lp = ListParams::default().labels(&selector.join(","));
-        let list = self
-            .k8s
-            .call(Call::new("list", "pods", ns, None), pods.list(&lp))
-            .await?;
-        let mut ready: Vec<String> = list
-            .items
-            .iter()
-            .filter(|p| is_ready(p))
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
+        let list = self.k8s.call(Call::new("list", "pods", ns, None), pods.list(&lp)).await?;
+        let mut ready: Vec<String> =
+            list.items.iter().filter(|p| is_ready(p)).filter_map(|p| p.metadata.name.clone()).collect();
         ready.sort();
         ready
             .into_iter()
             .next()
-            .ok_or_else(|| K8sError::NoReadyPod {
-                namespace: self.namespace.clone(),
-                deployment: name.clone(),
-            })
+            .ok_or_else(|| K8sError::NoReadyPod { namespace: self.namespace.clone(), deployment: name.clone() })
     }
 
     async fn exec(&self, cmd: &Command) -> Result<Result<Output, TransportError>, K8sError> {
         let pod = self.resolve().await?;
         let pods: Api<Pod> = Api::namespaced(self.k8s.client().clone(), &self.namespace);
-        let mut ap = AttachParams::default()
-            .stdin(false)
-            .stdout(true)
-            .stderr(true);
+        let mut ap = AttachParams::default().stdin(false).stdout(true).stderr(true);
         if let Some(c) = &self.container {
             ap = ap.container(c.clone());
         }
         let call = Call::new("create", "pods/exec", Some(&self.namespace), Some(&pod));
-        let mut proc = pods
-            .exec(&pod, cmd.argv().to_vec(), &ap)
-            .await
-            .map_err(|e| K8sError::from_kube(call.clone(), e))?;
-        let (Some(mut so), Some(mut se), Some(status)) =
-            (proc.stdout(), proc.stderr(), proc.take_status())
-        else {
-            return Err(K8sError::Invalid {
-                call: Box::new(call),
-                what: "exec streams missing".into(),
-            });
+        let mut proc =
+            pods.exec(&pod, cmd.argv().to_vec(), &ap).await.map_err(|e| K8sError::from_kube(call.clone(), e))?;
+        let (Some(mut so), Some(mut se), Some(status)) = (proc.stdout(), proc.stderr(), proc.take_status()) else {
+            return Err(K8sError::Invalid { call: Box::new(call), what: "exec streams missing".into() });
         };
         let read = async move {
             let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -175,10 +134,7 @@ fn is_ready(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && p.status.as_ref().is_some_and(|s| {
             s.phase.as_deref() == Some("Running")
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                && s.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
         })
 }
 
@@ -199,20 +155,14 @@ pub fn exit_code(s: &Status) -> Result<i32, String> {
             return Ok(code);
         }
     }
-    Err(s
-        .message
-        .clone()
-        .unwrap_or_else(|| format!("exec failed: {:?}", s.reason)))
+    Err(s.message.clone().unwrap_or_else(|| format!("exec failed: {:?}", s.reason)))
 }
 
 impl Transport for PodExec {
     fn run<'a>(&'a self, cmd: &'a Command, timeout: Duration) -> RunFuture<'a> {
         Box::pin(async move {
             match tokio::time::timeout(timeout, self.exec(cmd)).await {
-                Err(_) => Err(TransportError::Timeout {
-                    program: cmd.argv()[0].clone(),
-                    after: timeout,
-                }),
+                Err(_) => Err(TransportError::Timeout { program: cmd.argv()[0].clone(), after: timeout }),
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) if e.is_retryable() => Err(TransportError::Transient(e.to_string())),
                 Ok(Err(e)) => Err(TransportError::Permanent(e.to_string())),
@@ -235,8 +185,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(exit_code(&bad), Ok(3));
-        let gone: Status =
-            serde_json::from_str(r#"{"status":"Failure","reason":"InternalError","message":"executable file not found"}"#).unwrap();
+        let gone: Status = serde_json::from_str(
+            r#"{"status":"Failure","reason":"InternalError","message":"executable file not found"}"#,
+        )
+        .unwrap();
         assert_eq!(exit_code(&gone), Err("executable file not found".into()));
     }
 }

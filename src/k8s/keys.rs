@@ -50,9 +50,7 @@ pub fn compare(text: &str, expected: &PublicKey) -> KeyState {
     } else if keys.is_empty() && text.trim().is_empty() {
         KeyState::Missing
     } else {
-        KeyState::Differs {
-            found: keys.iter().map(PublicKey::fingerprint).collect(),
-        }
+        KeyState::Differs { found: keys.iter().map(PublicKey::fingerprint).collect() }
     }
 }
 
@@ -85,17 +83,12 @@ impl K8s {
     }
 
     /// Writes the user's key (only when `--manage-keys`). Creates the Secret when missing.
-    pub async fn put_key(
-        &self,
-        tenant: &TenantName,
-        user: &Username,
-        key: &PublicKey,
-    ) -> Result<Applied, K8sError> {
+    pub async fn put_key(&self, tenant: &TenantName, user: &Username, key: &PublicKey) -> Result<Applied, K8sError> {
         self.edit_keys(tenant, |data| {
             let line = ByteString(format!("{}\n", key.to_line()).into_bytes());
-            let same = data.get(user.as_str()).is_some_and(|old| {
-                compare(&String::from_utf8_lossy(&old.0), key) == KeyState::Matches
-            });
+            let same = data
+                .get(user.as_str())
+                .is_some_and(|old| compare(&String::from_utf8_lossy(&old.0), key) == KeyState::Matches);
             if same {
                 return false;
             }
@@ -106,13 +99,8 @@ impl K8s {
     }
 
     /// Removes the user's key (offboarding, only when `--manage-keys`); absent is fine.
-    pub async fn remove_key(
-        &self,
-        tenant: &TenantName,
-        user: &Username,
-    ) -> Result<Applied, K8sError> {
-        self.edit_keys(tenant, |data| data.remove(user.as_str()).is_some())
-            .await
+    pub async fn remove_key(&self, tenant: &TenantName, user: &Username) -> Result<Applied, K8sError> {
+        self.edit_keys(tenant, |data| data.remove(user.as_str()).is_some()).await
     }
 
     async fn edit_keys(
@@ -123,14 +111,10 @@ impl K8s {
         let name = secret_name(tenant);
         let ns = tenant.as_str();
         if !self.settings().manage_keys {
-            return Err(K8sError::Config(
-                "onramp does not manage key Secrets (--manage-keys is off)".into(),
-            ));
+            return Err(K8sError::Config("onramp does not manage key Secrets (--manage-keys is off)".into()));
         }
         let current = self.read_secret(tenant).await?;
-        let version = current
-            .as_ref()
-            .and_then(|s| s.metadata.resource_version.clone());
+        let version = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
         let mut data = current.and_then(|s| s.data).unwrap_or_default();
         if !edit(&mut data) && version.is_some() {
             return Ok(Applied::Unchanged);
@@ -148,12 +132,7 @@ impl K8s {
         };
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let call = Call::new("patch", "secrets", Some(ns), Some(&name));
-        self.call(
-            call,
-            self.secrets(tenant)
-                .patch(&name, &pp, &Patch::Apply(&secret)),
-        )
-        .await?;
+        self.call(call, self.secrets(tenant).patch(&name, &pp, &Patch::Apply(&secret))).await?;
         Ok(Applied::Changed)
     }
 }
@@ -170,9 +149,6 @@ mod tests {
         assert_eq!(compare(&format!("{ED}\n"), &k), KeyState::Matches);
         assert_eq!(compare("\n", &k), KeyState::Missing);
         assert!(matches!(compare("junk", &k), KeyState::Differs { found } if found.is_empty()));
-        assert_eq!(
-            secret_name(&TenantName::parse("tenant-foo").unwrap()),
-            "tenant-foo-authorized-keys"
-        );
+        assert_eq!(secret_name(&TenantName::parse("tenant-foo").unwrap()), "tenant-foo-authorized-keys");
     }
 }

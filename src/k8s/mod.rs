@@ -36,17 +36,13 @@ impl K8s {
             Some(path) => {
                 let kc = kube::config::Kubeconfig::read_from(path)
                     .map_err(|e| K8sError::Config(format!("kubeconfig {}: {e}", path.display())))?;
-                let opts = kube::config::KubeConfigOptions {
-                    context: settings.k8s_context.clone(),
-                    ..Default::default()
-                };
+                let opts =
+                    kube::config::KubeConfigOptions { context: settings.k8s_context.clone(), ..Default::default() };
                 kube::Config::from_custom_kubeconfig(kc, &opts)
                     .await
                     .map_err(|e| K8sError::Config(format!("kubeconfig {}: {e}", path.display())))?
             }
-            None => kube::Config::infer()
-                .await
-                .map_err(|e| K8sError::Config(e.to_string()))?,
+            None => kube::Config::infer().await.map_err(|e| K8sError::Config(e.to_string()))?,
         };
         Self::tune(&mut config);
         Self::with_config(config, settings)
@@ -54,9 +50,7 @@ impl K8s {
 
     /// Talks to the API server at `url` without credentials (tests and `kubectl proxy`).
     pub fn for_url(url: &str, settings: K8sArgs) -> Result<Self, K8sError> {
-        let uri = url
-            .parse()
-            .map_err(|e| K8sError::Config(format!("API server URL {url:?}: {e}")))?;
+        let uri = url.parse().map_err(|e| K8sError::Config(format!("API server URL {url:?}: {e}")))?;
         let mut config = kube::Config::new(uri);
         Self::tune(&mut config);
         Self::with_config(config, settings)
@@ -89,10 +83,7 @@ impl K8s {
     ) -> Result<T, K8sError> {
         let after = self.settings.k8s_timeout;
         match tokio::time::timeout(after, fut).await {
-            Err(_) => Err(K8sError::Timeout {
-                call: Box::new(call),
-                after,
-            }),
+            Err(_) => Err(K8sError::Timeout { call: Box::new(call), after }),
             Ok(r) => r.map_err(|e| K8sError::from_kube(call, e)),
         }
     }

@@ -43,11 +43,7 @@ pub struct K8sArgs {
     #[arg(long, env = "ONRAMP_SKEL_DIR", default_value = "/etc/skel")]
     pub skel_dir: String,
     /// Where the login pod's sshd finds each user's keys (the Secret projected as files).
-    #[arg(
-        long,
-        env = "ONRAMP_AUTHORIZED_KEYS_DIR",
-        default_value = "/etc/ssh/authorized_keys.d"
-    )]
+    #[arg(long, env = "ONRAMP_AUTHORIZED_KEYS_DIR", default_value = "/etc/ssh/authorized_keys.d")]
     pub authorized_keys_dir: String,
     /// How the smoke test becomes the user: an argv prefix, split on spaces, `{user}` replaced.
     #[arg(long, env = "ONRAMP_LOGIN_RUN_AS", default_value = "sudo -u {user} -i")]
@@ -59,32 +55,16 @@ pub struct K8sArgs {
     #[arg(long, env = "ONRAMP_MANAGE_KEYS", default_value_t = false)]
     pub manage_keys: bool,
     /// The tenant's Slurm cluster custom resource: group/version/plural.
-    #[arg(
-        long,
-        env = "ONRAMP_SLURM_CLUSTER_RESOURCE",
-        default_value = "slurm.nebius.ai/v1/slurmclusters"
-    )]
+    #[arg(long, env = "ONRAMP_SLURM_CLUSTER_RESOURCE", default_value = "slurm.nebius.ai/v1/slurmclusters")]
     pub slurm_cluster_resource: String,
     /// Name of a tenant's Slurm cluster resource in its namespace; `{tenant}` replaced.
-    #[arg(
-        long,
-        env = "ONRAMP_SLURM_CLUSTER_NAME",
-        default_value = "cluster-{tenant}"
-    )]
+    #[arg(long, env = "ONRAMP_SLURM_CLUSTER_NAME", default_value = "cluster-{tenant}")]
     pub slurm_cluster_name: String,
     /// The tenant's Reservation custom resource: group/version/plural.
-    #[arg(
-        long,
-        env = "ONRAMP_RESERVATION_RESOURCE",
-        default_value = "slurm.nebius.ai/v1/reservations"
-    )]
+    #[arg(long, env = "ONRAMP_RESERVATION_RESOURCE", default_value = "slurm.nebius.ai/v1/reservations")]
     pub reservation_resource: String,
     /// Name of a tenant's Reservation; `{tenant}` replaced.
-    #[arg(
-        long,
-        env = "ONRAMP_RESERVATION_NAME",
-        default_value = "{tenant}-reservation"
-    )]
+    #[arg(long, env = "ONRAMP_RESERVATION_NAME", default_value = "{tenant}-reservation")]
     pub reservation_name: String,
     /// Namespace of Reservations; empty = the tenant's namespace; `-` = cluster-scoped.
     #[arg(long, env = "ONRAMP_RESERVATION_NAMESPACE", default_value = "")]
@@ -115,20 +95,12 @@ impl std::str::FromStr for ResourcePath {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split('/').collect();
-        let ok = |p: &str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-        };
+        let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
         match parts.as_slice() {
-            [g, v, p] if ok(g) && ok(v) && ok(p) => Ok(Self {
-                group: (*g).into(),
-                version: (*v).into(),
-                plural: (*p).into(),
-            }),
-            _ => Err(format!(
-                "{s:?} is not group/version/plural, e.g. slurm.nebius.ai/v1/slurmclusters"
-            )),
+            [g, v, p] if ok(g) && ok(v) && ok(p) => {
+                Ok(Self { group: (*g).into(), version: (*v).into(), plural: (*p).into() })
+            }
+            _ => Err(format!("{s:?} is not group/version/plural, e.g. slurm.nebius.ai/v1/slurmclusters")),
         }
     }
 }
@@ -143,10 +115,7 @@ mod tests {
         assert_eq!(d.slurmctld_deployment, "slurmctld");
         assert_eq!(d.k8s_timeout, Duration::from_secs(30));
         let r: ResourcePath = d.slurm_cluster_resource.parse().unwrap();
-        assert_eq!(
-            (r.group.as_str(), r.plural.as_str()),
-            ("slurm.nebius.ai", "slurmclusters")
-        );
+        assert_eq!((r.group.as_str(), r.plural.as_str()), ("slurm.nebius.ai", "slurmclusters"));
         assert!("v1/x".parse::<ResourcePath>().is_err());
         assert!("a/b/c d".parse::<ResourcePath>().is_err());
     }

@@ -19,18 +19,12 @@ impl Email {
         let Some(url) = &s.smtp_url else {
             return Ok(None);
         };
-        let unusable = |reason: String| NotifyError::Unusable {
-            channel: CHANNEL,
-            reason,
-        };
+        let unusable = |reason: String| NotifyError::Unusable { channel: CHANNEL, reason };
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url.expose())
             .map_err(|e| unusable(format!("--smtp-url is not usable: {e}")))?
             .timeout(Some(s.notify_timeout))
             .build();
-        let from = s
-            .mail_from
-            .parse()
-            .map_err(|e| unusable(format!("--mail-from {:?}: {e}", s.mail_from)))?;
+        let from = s.mail_from.parse().map_err(|e| unusable(format!("--mail-from {:?}: {e}", s.mail_from)))?;
         Ok(Some(Self { transport, from }))
     }
 }
@@ -38,17 +32,10 @@ impl Email {
 impl Notifier for Email {
     fn send<'a>(&'a self, to: &'a Recipient, msg: &'a Message) -> NotifyFuture<'a> {
         Box::pin(async move {
-            let unusable = |reason: String| NotifyError::Unusable {
-                channel: CHANNEL,
-                reason,
-            };
-            let addr = to
-                .email
-                .as_deref()
-                .ok_or_else(|| unusable(format!("{} has no e-mail address", to.user)))?;
-            let mailbox: Mailbox = addr
-                .parse()
-                .map_err(|e| unusable(format!("{addr:?} is not an e-mail address: {e}")))?;
+            let unusable = |reason: String| NotifyError::Unusable { channel: CHANNEL, reason };
+            let addr = to.email.as_deref().ok_or_else(|| unusable(format!("{} has no e-mail address", to.user)))?;
+            let mailbox: Mailbox =
+                addr.parse().map_err(|e| unusable(format!("{addr:?} is not an e-mail address: {e}")))?;
             let email = lettre::Message::builder()
                 .from(self.from.clone())
                 .to(mailbox)

@@ -43,10 +43,7 @@ pub enum NotifyError {
     },
     /// Cannot work as configured or addressed (no address, a bad address); retrying won't help.
     #[error("notification via {channel}: {reason}")]
-    Unusable {
-        channel: &'static str,
-        reason: String,
-    },
+    Unusable { channel: &'static str, reason: String },
 }
 
 impl NotifyError {

@@ -9,34 +9,16 @@ use crate::config::{Secret, parse_duration};
 #[derive(Clone, Debug, Args)]
 pub struct NotifyArgs {
     /// Slack-compatible incoming webhook URL; unset = no Slack messages.
-    #[arg(
-        long,
-        env = "ONRAMP_SLACK_WEBHOOK_URL",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
+    #[arg(long, env = "ONRAMP_SLACK_WEBHOOK_URL", hide_env_values = true, value_name = "URL")]
     pub slack_webhook_url: Option<Secret>,
     /// SMTP server, e.g. smtps://user:pass@mail.example.org or smtp://127.0.0.1:2525; unset = no e-mail.
-    #[arg(
-        long,
-        env = "ONRAMP_SMTP_URL",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
+    #[arg(long, env = "ONRAMP_SMTP_URL", hide_env_values = true, value_name = "URL")]
     pub smtp_url: Option<Secret>,
     /// Sender of e-mails.
-    #[arg(
-        long,
-        env = "ONRAMP_MAIL_FROM",
-        default_value = "onramp <onramp@localhost>"
-    )]
+    #[arg(long, env = "ONRAMP_MAIL_FROM", default_value = "onramp <onramp@localhost>")]
     pub mail_from: String,
     /// Address users SSH to; `{tenant}` replaced.
-    #[arg(
-        long,
-        env = "ONRAMP_LOGIN_ADDRESS",
-        default_value = "login.{tenant}.cluster.example"
-    )]
+    #[arg(long, env = "ONRAMP_LOGIN_ADDRESS", default_value = "login.{tenant}.cluster.example")]
     pub login_address: String,
     /// Longest wait for one notification.
     #[arg(long, env = "ONRAMP_NOTIFY_TIMEOUT", default_value = "20s", value_parser = parse_duration)]

@@ -20,10 +20,7 @@ impl Slack {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .build()
-            .map_err(|e| NotifyError::Unusable {
-                channel: CHANNEL,
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| NotifyError::Unusable { channel: CHANNEL, reason: e.to_string() })?;
         Ok(Self { http, url })
     }
 }
@@ -31,8 +28,7 @@ impl Slack {
 impl Notifier for Slack {
     fn send<'a>(&'a self, to: &'a Recipient, msg: &'a Message) -> NotifyFuture<'a> {
         Box::pin(async move {
-            let body =
-                json!({"text": format!("*{}* (for {})\n{}", msg.subject, to.user, msg.text)});
+            let body = json!({"text": format!("*{}* (for {})\n{}", msg.subject, to.user, msg.text)});
             // The URL is a credential: errors are reported without it.
             let fail = |reason: String, e: Option<reqwest::Error>| NotifyError::Send {
                 channel: CHANNEL,
@@ -48,13 +44,7 @@ impl Notifier for Slack {
                 .map_err(|e| fail("request failed".into(), Some(e)))?;
             let status = res.status();
             if !status.is_success() {
-                let text: String = res
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .chars()
-                    .take(200)
-                    .collect();
+                let text: String = res.text().await.unwrap_or_default().chars().take(200).collect();
                 return Err(fail(format!("webhook answered {status}: {text}"), None));
             }
             Ok(())

@@ -35,37 +35,15 @@ impl Onboarding {
         let (u, t, a) = (&self.user, &self.tenant, &self.account);
         let mut text = format!("Hello {u},\n\nyour account on the GPU cluster is ready.\n\n");
         let _ = writeln!(text, "  Login:    ssh {u}@{}", self.login_address);
-        let _ = writeln!(
-            text,
-            "  Key:      {} ({})",
-            self.key.fingerprint(),
-            self.key.kind()
-        );
+        let _ = writeln!(text, "  Key:      {} ({})", self.key.fingerprint(), self.key.kind());
         let _ = writeln!(text, "  Tenant:   {t}");
         let _ = writeln!(text, "  Account:  {a}");
-        text.push_str(
-            "\nCheck that the key fingerprint above is yours before you log in.\n\nFirst steps:\n",
-        );
-        let _ = writeln!(
-            text,
-            "  1. ssh {u}@{} and look around: your $HOME is /home/{u}.",
-            self.login_address
-        );
-        let _ = writeln!(
-            text,
-            "  2. sacctmgr show association user={u}   (your Slurm account and limits)"
-        );
-        let _ = writeln!(
-            text,
-            "  3. sbatch --account={a} --gres=gpu:1 --time=10:00 --wrap \"nvidia-smi\""
-        );
-        text.push_str(
-            "  4. squeue --me   to watch your jobs; large data goes to scratch, not $HOME.\n",
-        );
-        Message {
-            subject: format!("Your GPU cluster account for {t} is ready"),
-            text,
-        }
+        text.push_str("\nCheck that the key fingerprint above is yours before you log in.\n\nFirst steps:\n");
+        let _ = writeln!(text, "  1. ssh {u}@{} and look around: your $HOME is /home/{u}.", self.login_address);
+        let _ = writeln!(text, "  2. sacctmgr show association user={u}   (your Slurm account and limits)");
+        let _ = writeln!(text, "  3. sbatch --account={a} --gres=gpu:1 --time=10:00 --wrap \"nvidia-smi\"");
+        text.push_str("  4. squeue --me   to watch your jobs; large data goes to scratch, not $HOME.\n");
+        Message { subject: format!("Your GPU cluster account for {t} is ready"), text }
     }
 }
 
@@ -82,10 +60,7 @@ impl Offboarding {
             );
         }
         text.push_str("\nYour past jobs stay in the accounting records (sacct).\n");
-        Message {
-            subject: format!("Your GPU cluster access for {t} has ended"),
-            text,
-        }
+        Message { subject: format!("Your GPU cluster access for {t} has ended"), text }
     }
 }
 
@@ -95,10 +70,9 @@ mod tests {
 
     #[test]
     fn onboarding_says_what_matters() {
-        let key = PublicKey::parse(
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl a",
-        )
-        .unwrap();
+        let key =
+            PublicKey::parse("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl a")
+                .unwrap();
         let m = Onboarding {
             user: Username::parse("alice").unwrap(),
             tenant: TenantName::parse("tenant-foo").unwrap(),
@@ -107,12 +81,7 @@ mod tests {
             key: key.clone(),
         }
         .message();
-        for part in [
-            "ssh alice@login.tenant-foo.example",
-            &key.fingerprint(),
-            "tenant-foo",
-            "--account=ml-team",
-        ] {
+        for part in ["ssh alice@login.tenant-foo.example", &key.fingerprint(), "tenant-foo", "--account=ml-team"] {
             assert!(m.text.contains(part), "missing {part}");
         }
         let off = Offboarding {

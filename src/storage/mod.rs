@@ -46,12 +46,7 @@ impl SnapshotName {
     }
     /// `offboard-<user>-<YYYYMMDD>`, the runbook's name for a departing user's `$HOME`.
     pub fn offboard(user: &Username, date: time::Date) -> Self {
-        Self(format!(
-            "offboard-{user}-{:04}{:02}{:02}",
-            date.year(),
-            u8::from(date.month()),
-            date.day()
-        ))
+        Self(format!("offboard-{user}-{:04}{:02}{:02}", date.year(), u8::from(date.month()), date.day()))
     }
     pub fn as_str(&self) -> &str {
         &self.0
@@ -63,21 +58,14 @@ pub enum StorageError {
     #[error("storage: {0}")]
     Transport(#[from] TransportError),
     #[error("storage: `{command}` exited with {code}: {message}")]
-    Failed {
-        command: String,
-        code: i32,
-        message: String,
-    },
+    Failed { command: String, code: i32, message: String },
     #[error("storage: {0}")]
     Unsupported(String),
 }
 
 impl StorageError {
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Transport(TransportError::Transient(_) | TransportError::Timeout { .. })
-        )
+        matches!(self, Self::Transport(TransportError::Transient(_) | TransportError::Timeout { .. }))
     }
 }
 
@@ -86,11 +74,7 @@ pub type StorageFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageErr
 /// Quotas and snapshots on the cluster's filesystems.
 pub trait Storage: Send + Sync {
     fn set_quota<'a>(&'a self, target: &'a Target, quota: Quota) -> StorageFuture<'a, ()>;
-    fn snapshot<'a>(
-        &'a self,
-        target: &'a Target,
-        name: &'a SnapshotName,
-    ) -> StorageFuture<'a, Snapshot>;
+    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
 }
 
 /// Runs the configured backend's commands through a transport.
@@ -103,19 +87,10 @@ pub struct CommandStorage {
 impl CommandStorage {
     /// Checks the settings (templates, backend) once, up front.
     pub fn new(transport: Arc<dyn Transport>, settings: StorageArgs) -> Result<Self, StorageError> {
-        for t in [
-            &settings.storage_quota_command,
-            &settings.storage_snapshot_command,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for t in [&settings.storage_quota_command, &settings.storage_snapshot_command].into_iter().flatten() {
             Template::parse(t).map_err(StorageError::Unsupported)?;
         }
-        Ok(Self {
-            transport,
-            settings,
-        })
+        Ok(Self { transport, settings })
     }
 
     /// The command that sets `quota` on `target`.
@@ -123,50 +98,35 @@ impl CommandStorage {
         let s = &self.settings;
         let (hard, soft) = (quota.hard(), quota.soft());
         Ok(match s.storage_backend {
-            Backend::Weka => Command::new(&s.weka_bin)
-                .args(["fs", "quota", "set"])
-                .arg(s.path(target))
-                .args([
-                    "--hard".to_string(),
-                    hard.to_string(),
-                    "--soft".into(),
-                    soft.to_string(),
-                ]),
+            Backend::Weka => Command::new(&s.weka_bin).args(["fs", "quota", "set"]).arg(s.path(target)).args([
+                "--hard".to_string(),
+                hard.to_string(),
+                "--soft".into(),
+                soft.to_string(),
+            ]),
             Backend::Lustre => {
                 let (flag, who, mount) = match target {
                     Target::Home(u) => ("-u", u.to_string(), &s.lustre_home_mount),
                     Target::Scratch(t) => ("-g", t.to_string(), &s.lustre_scratch_mount),
                 };
-                Command::new(&s.lfs_bin)
-                    .arg("setquota")
-                    .args([flag.to_string(), who])
-                    .args([
-                        "-b".to_string(),
-                        soft.kib().to_string(),
-                        "-B".into(),
-                        hard.kib().to_string(),
-                        mount.clone(),
-                    ])
+                Command::new(&s.lfs_bin).arg("setquota").args([flag.to_string(), who]).args([
+                    "-b".to_string(),
+                    soft.kib().to_string(),
+                    "-B".into(),
+                    hard.kib().to_string(),
+                    mount.clone(),
+                ])
             }
             Backend::Command => {
-                let t = s
-                    .storage_quota_command
-                    .as_deref()
-                    .ok_or_else(|| missing("--storage-quota-command"))?;
+                let t = s.storage_quota_command.as_deref().ok_or_else(|| missing("--storage-quota-command"))?;
                 let vars = s.vars(target, Some(quota), None);
-                Template::parse(t)
-                    .map_err(StorageError::Unsupported)?
-                    .render(&vars)
+                Template::parse(t).map_err(StorageError::Unsupported)?.render(&vars)
             }
         })
     }
 
     /// The command that snapshots `target` as `name`.
-    pub fn snapshot_command(
-        &self,
-        target: &Target,
-        name: &SnapshotName,
-    ) -> Result<Command, StorageError> {
+    pub fn snapshot_command(&self, target: &Target, name: &SnapshotName) -> Result<Command, StorageError> {
         let s = &self.settings;
         Ok(match s.storage_backend {
             Backend::Weka => Command::new(&s.weka_bin)
@@ -179,23 +139,15 @@ impl CommandStorage {
                 name.as_str().into(),
             ]),
             Backend::Command => {
-                let t = s
-                    .storage_snapshot_command
-                    .as_deref()
-                    .ok_or_else(|| missing("--storage-snapshot-command"))?;
+                let t = s.storage_snapshot_command.as_deref().ok_or_else(|| missing("--storage-snapshot-command"))?;
                 let vars = s.vars(target, None, Some(name));
-                Template::parse(t)
-                    .map_err(StorageError::Unsupported)?
-                    .render(&vars)
+                Template::parse(t).map_err(StorageError::Unsupported)?.render(&vars)
             }
         })
     }
 
     async fn run(&self, cmd: &Command) -> Result<crate::exec::Output, StorageError> {
-        Ok(self
-            .transport
-            .run(cmd, self.settings.storage_timeout)
-            .await?)
+        Ok(self.transport.run(cmd, self.settings.storage_timeout).await?)
     }
 }
 
@@ -209,21 +161,13 @@ impl Storage for CommandStorage {
             let cmd = self.quota_command(target, quota)?;
             let out = self.run(&cmd).await?;
             if !out.success() {
-                return Err(StorageError::Failed {
-                    command: cmd.to_string(),
-                    code: out.code,
-                    message: message(&out),
-                });
+                return Err(StorageError::Failed { command: cmd.to_string(), code: out.code, message: message(&out) });
             }
             Ok(())
         })
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        target: &'a Target,
-        name: &'a SnapshotName,
-    ) -> StorageFuture<'a, Snapshot> {
+    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
         Box::pin(async move {
             let cmd = self.snapshot_command(target, name)?;
             let out = self.run(&cmd).await?;
@@ -231,27 +175,16 @@ impl Storage for CommandStorage {
                 return Ok(Snapshot::Created);
             }
             let text = message(&out);
-            if text
-                .to_lowercase()
-                .contains(&self.settings.storage_exists_pattern.to_lowercase())
-            {
+            if text.to_lowercase().contains(&self.settings.storage_exists_pattern.to_lowercase()) {
                 return Ok(Snapshot::Exists);
             }
-            Err(StorageError::Failed {
-                command: cmd.to_string(),
-                code: out.code,
-                message: text,
-            })
+            Err(StorageError::Failed { command: cmd.to_string(), code: out.code, message: text })
         })
     }
 }
 
 fn message(out: &crate::exec::Output) -> String {
-    let s = if out.stderr.trim().is_empty() {
-        &out.stdout
-    } else {
-        &out.stderr
-    };
+    let s = if out.stderr.trim().is_empty() { &out.stdout } else { &out.stderr };
     s.trim().chars().take(500).collect()
 }
 
@@ -289,19 +222,10 @@ mod tests {
             "lfs setquota -u alice -b 87890625 -B 97656250 /home"
         );
         let c = storage(Backend::Command, &r);
-        assert_eq!(
-            c.quota_command(&home, q).unwrap().argv(),
-            ["setq", "--who=alice", "/home/alice", "100000000000"]
-        );
-        let name = SnapshotName::offboard(
-            &Username::parse("alice").unwrap(),
-            time::macros::date!(2026 - 11 - 30),
-        );
+        assert_eq!(c.quota_command(&home, q).unwrap().argv(), ["setq", "--who=alice", "/home/alice", "100000000000"]);
+        let name = SnapshotName::offboard(&Username::parse("alice").unwrap(), time::macros::date!(2026 - 11 - 30));
         assert_eq!(name.as_str(), "offboard-alice-20261130");
-        assert_eq!(
-            c.snapshot_command(&home, &name).unwrap().to_string(),
-            "snap home offboard-alice-20261130"
-        );
+        assert_eq!(c.snapshot_command(&home, &name).unwrap().to_string(), "snap home offboard-alice-20261130");
     }
 
     #[tokio::test]
@@ -313,22 +237,9 @@ mod tests {
         });
         let home = Target::Home(Username::parse("alice").unwrap());
         let name = SnapshotName::parse("s1").unwrap();
-        assert_eq!(
-            storage(Backend::Weka, &r)
-                .snapshot(&home, &name)
-                .await
-                .unwrap(),
-            Snapshot::Exists
-        );
-        let r = Recorder::replying(|_| Output {
-            code: 1,
-            stderr: "permission denied".into(),
-            ..Default::default()
-        });
-        let e = storage(Backend::Weka, &r)
-            .snapshot(&home, &name)
-            .await
-            .unwrap_err();
+        assert_eq!(storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap(), Snapshot::Exists);
+        let r = Recorder::replying(|_| Output { code: 1, stderr: "permission denied".into(), ..Default::default() });
+        let e = storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap_err();
         assert!(!e.is_retryable() && e.to_string().contains("permission denied"));
     }
 }

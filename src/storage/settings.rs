@@ -25,11 +25,7 @@ pub struct StorageArgs {
     #[arg(long, env = "ONRAMP_STORAGE_HOME_PATH", default_value = "/home/{user}")]
     pub storage_home_path: String,
     /// Path of a tenant's scratch space; `{tenant}` replaced.
-    #[arg(
-        long,
-        env = "ONRAMP_STORAGE_SCRATCH_PATH",
-        default_value = "/tenant/{tenant}/scratch"
-    )]
+    #[arg(long, env = "ONRAMP_STORAGE_SCRATCH_PATH", default_value = "/tenant/{tenant}/scratch")]
     pub storage_scratch_path: String,
     /// Filesystem holding homes (Weka filesystem or Lustre fsname), for snapshots.
     #[arg(long, env = "ONRAMP_STORAGE_HOME_FS", default_value = "home")]
@@ -59,11 +55,7 @@ pub struct StorageArgs {
     #[arg(long, env = "ONRAMP_STORAGE_SNAPSHOT_COMMAND")]
     pub storage_snapshot_command: Option<String>,
     /// Text in a failed snapshot's output meaning "that name exists already".
-    #[arg(
-        long,
-        env = "ONRAMP_STORAGE_EXISTS_PATTERN",
-        default_value = "already exists"
-    )]
+    #[arg(long, env = "ONRAMP_STORAGE_EXISTS_PATTERN", default_value = "already exists")]
     pub storage_exists_pattern: String,
     /// Where the filesystem CLI runs: `local`, `pod/<namespace>/<pod>` or
     /// `deploy/<namespace>/<deployment>` (a Ready pod of it, through the Kubernetes exec API).
@@ -87,17 +79,13 @@ pub type Target2 = crate::k8s::exec::Target;
 impl std::str::FromStr for RunIn {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || {
-            format!("{s:?} is not local, pod/<namespace>/<pod> or deploy/<namespace>/<deployment>")
-        };
+        let bad = || format!("{s:?} is not local, pod/<namespace>/<pod> or deploy/<namespace>/<deployment>");
         if s == "local" {
             return Ok(Self::Local);
         }
         let parts: Vec<&str> = s.split('/').collect();
         let ok = |p: &str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         };
         match parts.as_slice() {
             [kind, ns, name] if ok(ns) && ok(name) => {
@@ -106,10 +94,7 @@ impl std::str::FromStr for RunIn {
                     "deploy" | "deployment" => Target2::Deployment((*name).into()),
                     _ => return Err(bad()),
                 };
-                Ok(Self::Pod {
-                    namespace: (*ns).into(),
-                    target,
-                })
+                Ok(Self::Pod { namespace: (*ns).into(), target })
             }
             _ => Err(bad()),
         }
@@ -125,8 +110,7 @@ impl RunIn {
         match self {
             Self::Local => Ok(std::sync::Arc::new(crate::exec::Local)),
             Self::Pod { namespace, target } => {
-                let k8s =
-                    k8s.ok_or("--storage-run-in names a pod but Kubernetes is not configured")?;
+                let k8s = k8s.ok_or("--storage-run-in names a pod but Kubernetes is not configured")?;
                 Ok(std::sync::Arc::new(crate::k8s::exec::PodExec::new(
                     k8s.clone(),
                     namespace.clone(),
@@ -195,10 +179,7 @@ mod tests {
         assert_eq!("local".parse::<RunIn>(), Ok(RunIn::Local));
         assert_eq!(
             "deploy/weka-system/weka-cli".parse::<RunIn>(),
-            Ok(RunIn::Pod {
-                namespace: "weka-system".into(),
-                target: Target2::Deployment("weka-cli".into())
-            })
+            Ok(RunIn::Pod { namespace: "weka-system".into(), target: Target2::Deployment("weka-cli".into()) })
         );
         assert!("pod/ns".parse::<RunIn>().is_err());
         assert!("vm/a/b".parse::<RunIn>().is_err());

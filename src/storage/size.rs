@@ -43,20 +43,12 @@ impl Size {
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
         let number: u64 = num.parse().map_err(|_| SizeError::Shape(s.into()))?;
-        let idx = UNITS
-            .iter()
-            .position(|(u, _)| u.eq_ignore_ascii_case(unit.trim()) && !unit.trim().is_empty());
+        let idx = UNITS.iter().position(|(u, _)| u.eq_ignore_ascii_case(unit.trim()) && !unit.trim().is_empty());
         let Some(idx) = idx else {
             return Err(SizeError::Shape(s.into()));
         };
-        let bytes = number
-            .checked_mul(UNITS[idx].1)
-            .ok_or_else(|| SizeError::TooLarge(s.into()))?;
-        Ok(Self {
-            bytes,
-            unit: idx,
-            number,
-        })
+        let bytes = number.checked_mul(UNITS[idx].1).ok_or_else(|| SizeError::TooLarge(s.into()))?;
+        Ok(Self { bytes, unit: idx, number })
     }
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -121,29 +113,20 @@ mod tests {
     #[test]
     fn sizes() {
         let s = Size::parse("100GB").unwrap();
-        assert_eq!(
-            (s.bytes(), s.to_string()),
-            (100_000_000_000, "100GB".into())
-        );
+        assert_eq!((s.bytes(), s.to_string()), (100_000_000_000, "100GB".into()));
         assert_eq!(Size::parse("50tb").unwrap().to_string(), "50TB");
         assert_eq!(Size::parse("1KiB").unwrap().kib(), 1);
         assert_eq!(Size::parse("1500B").unwrap().kib(), 2);
         for bad in ["", "GB", "100", "1.5TB", "-1GB", "100 XB", "10GBB"] {
             assert!(Size::parse(bad).is_err(), "{bad}");
         }
-        assert!(matches!(
-            Size::parse("99999999PB"),
-            Err(SizeError::TooLarge(_))
-        ));
+        assert!(matches!(Size::parse("99999999PB"), Err(SizeError::TooLarge(_))));
     }
 
     #[test]
     fn quotas() {
         assert!(Quota::parse("100GB", "90GB").is_ok());
-        assert!(matches!(
-            Quota::parse("90GB", "100GB"),
-            Err(SizeError::SoftAboveHard { .. })
-        ));
+        assert!(matches!(Quota::parse("90GB", "100GB"), Err(SizeError::SoftAboveHard { .. })));
         assert_eq!(Quota::parse("0GB", "0GB"), Err(SizeError::Zero));
         assert!(Quota::parse("1TiB", "1TB").is_ok());
     }

@@ -6,17 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::exec::Command;
 
-pub const PLACEHOLDERS: &[&str] = &[
-    "path",
-    "user",
-    "tenant",
-    "fs",
-    "name",
-    "hard",
-    "soft",
-    "hard_bytes",
-    "soft_bytes",
-];
+pub const PLACEHOLDERS: &[&str] = &["path", "user", "tenant", "fs", "name", "hard", "soft", "hard_bytes", "soft_bytes"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template(Vec<String>);
@@ -28,9 +18,7 @@ impl Template {
             return Err("a command template must not be empty".into());
         }
         if parts[0].contains('{') {
-            return Err(format!(
-                "the program in {s:?} must be fixed, not a placeholder"
-            ));
+            return Err(format!("the program in {s:?} must be fixed, not a placeholder"));
         }
         for p in &parts {
             let mut rest = p.as_str();
@@ -40,10 +28,7 @@ impl Template {
                 };
                 let name = &rest[i + 1..i + j];
                 if !PLACEHOLDERS.contains(&name) {
-                    return Err(format!(
-                        "unknown placeholder {{{name}}}; known: {}",
-                        PLACEHOLDERS.join(", ")
-                    ));
+                    return Err(format!("unknown placeholder {{{name}}}; known: {}", PLACEHOLDERS.join(", ")));
                 }
                 rest = &rest[i + j + 1..];
             }
@@ -54,9 +39,9 @@ impl Template {
     /// Replaces placeholders element by element; unset ones become empty.
     pub fn render(&self, vars: &BTreeMap<&'static str, String>) -> Command {
         let render = |p: &String| {
-            PLACEHOLDERS.iter().fold(p.clone(), |acc, k| {
-                acc.replace(&format!("{{{k}}}"), vars.get(k).map_or("", |v| v))
-            })
+            PLACEHOLDERS
+                .iter()
+                .fold(p.clone(), |acc, k| acc.replace(&format!("{{{k}}}"), vars.get(k).map_or("", |v| v)))
         };
         Command::new(&self.0[0]).args(self.0[1..].iter().map(render))
     }
@@ -69,21 +54,11 @@ mod tests {
     #[test]
     fn placeholders_stay_in_their_element() {
         let t = Template::parse("setq --path={path} {hard}").unwrap();
-        let vars = BTreeMap::from([
-            ("path", "/a b;rm -rf /".to_string()),
-            ("hard", "1GB".to_string()),
-        ]);
-        assert_eq!(
-            t.render(&vars).argv(),
-            ["setq", "--path=/a b;rm -rf /", "1GB"]
-        );
+        let vars = BTreeMap::from([("path", "/a b;rm -rf /".to_string()), ("hard", "1GB".to_string())]);
+        assert_eq!(t.render(&vars).argv(), ["setq", "--path=/a b;rm -rf /", "1GB"]);
         assert!(Template::parse("").is_err());
         assert!(Template::parse("{path} x").is_err());
-        assert!(
-            Template::parse("x {nope}")
-                .unwrap_err()
-                .contains("unknown placeholder")
-        );
+        assert!(Template::parse("x {nope}").unwrap_err().contains("unknown placeholder"));
         assert!(Template::parse("x {path").is_err());
     }
 }

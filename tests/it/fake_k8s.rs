@@ -86,11 +86,7 @@ fn target(path: &str) -> Option<Target> {
         _ => return None,
     };
     let prefix = &path[..path.len() - name.map_or(0, |n| n.len() + 1)];
-    let resource = if group.is_empty() {
-        res.to_string()
-    } else {
-        format!("{res}.{group}")
-    };
+    let resource = if group.is_empty() { res.to_string() } else { format!("{res}.{group}") };
     Some(Target {
         key: path.trim_end_matches('/').to_string(),
         collection: prefix.trim_end_matches('/').to_string(),
@@ -142,9 +138,7 @@ fn remove_path(v: &mut Value, path: &[String]) {
 }
 
 fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
-    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
-        .into_owned()
-        .collect()
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect()
 }
 
 fn selected(obj: &Value, selector: &str) -> bool {
@@ -167,10 +161,7 @@ impl FakeK8s {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self {
-            inner,
-            url: format!("http://{addr}"),
-        }
+        Self { inner, url: format!("http://{addr}") }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -224,11 +215,7 @@ impl FakeK8s {
     }
 
     pub fn requests(&self) -> Vec<(Method, String)> {
-        self.lock()
-            .log
-            .iter()
-            .map(|(m, p, _)| (m.clone(), p.clone()))
-            .collect()
+        self.lock().log.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect()
     }
 
     /// (content type, path, body) of each PATCH.
@@ -239,10 +226,7 @@ impl FakeK8s {
 
 fn take_fault(inner: &Mutex<Inner>, method: &Method, path: &str) -> Option<Fault> {
     let mut g = inner.lock().unwrap();
-    let i = g
-        .faults
-        .iter()
-        .position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
+    let i = g.faults.iter().position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
     g.faults.remove(i).map(|(_, _, f)| f)
 }
 
@@ -253,25 +237,12 @@ async fn apply_fault(f: Option<Fault>) -> Option<Response> {
             let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
                 "details": {"retryAfterSeconds": secs}, "code": 429});
-            Some(
-                (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    [("retry-after", secs.to_string())],
-                    axum::Json(body),
-                )
-                    .into_response(),
-            )
+            Some((StatusCode::TOO_MANY_REQUESTS, [("retry-after", secs.to_string())], axum::Json(body)).into_response())
         }
-        Some(Fault::Status(403, _)) => Some(status(
-            403,
-            "Forbidden",
-            "User \"system:serviceaccount:onramp:onramp\" cannot do this",
-        )),
-        Some(Fault::Status(code, _)) => Some(status(
-            code,
-            "InternalError",
-            "Internal error occurred: injected",
-        )),
+        Some(Fault::Status(403, _)) => {
+            Some(status(403, "Forbidden", "User \"system:serviceaccount:onramp:onramp\" cannot do this"))
+        }
+        Some(Fault::Status(code, _)) => Some(status(code, "InternalError", "Internal error occurred: injected")),
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
             None
@@ -289,11 +260,7 @@ async fn rest(
 ) -> Response {
     let path = uri.path().to_string();
     let Some(t) = target(&path) else {
-        return status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        );
+        return status(404, "NotFound", "the server could not find the requested resource");
     };
     let verb = match (&method, t.named) {
         (&Method::GET, true) => "get",
@@ -304,90 +271,48 @@ async fn rest(
         (&Method::PUT, _) => "update",
         _ => "unknown",
     };
-    let access = Access {
-        verb: verb.into(),
-        resource: t.access.0.clone(),
-        namespace: t.access.1.clone(),
-    };
-    inner
-        .lock()
-        .unwrap()
-        .log
-        .push((method.clone(), uri.to_string(), access));
+    let access = Access { verb: verb.into(), resource: t.access.0.clone(), namespace: t.access.1.clone() };
+    inner.lock().unwrap().log.push((method.clone(), uri.to_string(), access));
     if let Some(r) = apply_fault(take_fault(&inner, &method, &path)).await {
         return r;
     }
     let q = query_pairs(&uri);
     let mut g = inner.lock().unwrap();
-    let not_found = || {
-        status(
-            404,
-            "NotFound",
-            &format!(
-                "{} \"{}\" not found",
-                t.access.0,
-                path.rsplit('/').next().unwrap()
-            ),
-        )
-    };
+    let not_found =
+        || status(404, "NotFound", &format!("{} \"{}\" not found", t.access.0, path.rsplit('/').next().unwrap()));
     match (verb, t.named) {
-        ("get", _) => g
-            .objects
-            .get(&t.key)
-            .map(|o| axum::Json(o.clone()).into_response())
-            .unwrap_or_else(not_found),
+        ("get", _) => g.objects.get(&t.key).map(|o| axum::Json(o.clone()).into_response()).unwrap_or_else(not_found),
         ("list", _) => {
-            let sel = q
-                .iter()
-                .find(|(k, _)| k == "labelSelector")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
+            let sel = q.iter().find(|(k, _)| k == "labelSelector").map(|(_, v)| v.clone()).unwrap_or_default();
             let items: Vec<Value> = g
                 .objects
                 .iter()
-                .filter(|(k, o)| {
-                    k.rsplit_once('/').map(|(c, _)| c) == Some(t.collection.as_str())
-                        && selected(o, &sel)
-                })
+                .filter(|(k, o)| k.rsplit_once('/').map(|(c, _)| c) == Some(t.collection.as_str()) && selected(o, &sel))
                 .map(|(_, o)| o.clone())
                 .collect();
             axum::Json(json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": g.version.to_string()}, "items": items}))
                 .into_response()
         }
         ("delete", true) => match g.objects.remove(&t.key) {
-            Some(_) => axum::Json(
-                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
-            )
-            .into_response(),
+            Some(_) => axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
+                .into_response(),
             None => not_found(),
         },
         ("patch", true) => {
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
+            let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
             let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
                 return status(400, "BadRequest", "body is not JSON");
             };
             g.patches.push((ct.clone(), path.clone(), patch.clone()));
             let existing = g.objects.get(&t.key).cloned();
             let obj = if ct.starts_with("application/apply-patch+yaml") {
-                let Some(manager) = q
-                    .iter()
-                    .find(|(k, _)| k == "fieldManager")
-                    .map(|(_, v)| v.clone())
-                else {
+                let Some(manager) = q.iter().find(|(k, _)| k == "fieldManager").map(|(_, v)| v.clone()) else {
                     return status(400, "BadRequest", "fieldManager is required for apply");
                 };
-                let wanted_rv = patch["metadata"]["resourceVersion"]
-                    .as_str()
-                    .map(String::from);
+                let wanted_rv = patch["metadata"]["resourceVersion"].as_str().map(String::from);
                 let mut obj = match (&existing, &wanted_rv) {
                     (None, Some(_)) => return not_found(),
-                    (Some(o), Some(rv))
-                        if o["metadata"]["resourceVersion"].as_str() != Some(rv) =>
-                    {
+                    (Some(o), Some(rv)) if o["metadata"]["resourceVersion"].as_str() != Some(rv) => {
                         return status(
                             409,
                             "Conflict",
@@ -410,11 +335,7 @@ async fn rest(
                 let mut body = patch.clone();
                 remove_path(&mut body, &["metadata".into(), "resourceVersion".into()]);
                 leaves(&body, vec![], &mut applied);
-                let before = g
-                    .managed
-                    .get(&(t.key.clone(), manager.clone()))
-                    .cloned()
-                    .unwrap_or_default();
+                let before = g.managed.get(&(t.key.clone(), manager.clone())).cloned().unwrap_or_default();
                 for gone in before.difference(&applied) {
                     remove_path(&mut obj, gone);
                 }
@@ -440,10 +361,6 @@ async fn rest(
             g.objects.insert(t.key.clone(), obj.clone());
             axum::Json(obj).into_response()
         }
-        _ => status(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        ),
+        _ => status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"),
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use onramp::exec::Local;
 use onramp::names::{TenantName, Username};
 use onramp::storage::{
-    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError,
-    Target,
+    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError, Target,
 };
 use serde_json::Value;
 
@@ -17,10 +16,7 @@ struct FakeCli {
 
 impl FakeCli {
     fn install() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("onramp-storage-")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("onramp-storage-").tempdir().unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
         for name in ["weka", "lfs", "lctl"] {
             std::os::unix::fs::symlink(script, dir.path().join(name)).unwrap();
@@ -60,63 +56,20 @@ async fn weka_quotas_and_snapshots() {
     w.set_quota(&alice(), q).await.unwrap();
     w.set_quota(&alice(), q).await.unwrap();
     let scratch = Target::Scratch(TenantName::parse("tenant-foo").unwrap());
-    w.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap())
-        .await
-        .unwrap();
+    w.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap()).await.unwrap();
     let name = SnapshotName::parse("offboard-alice-20261130").unwrap();
-    assert_eq!(
-        w.snapshot(&alice(), &name).await.unwrap(),
-        Snapshot::Created
-    );
+    assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);
     assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Exists);
     let calls = cli.calls();
-    assert_eq!(
-        calls[0][1..],
-        [
-            "fs",
-            "quota",
-            "set",
-            "/home/alice",
-            "--hard",
-            "100GB",
-            "--soft",
-            "90GB"
-        ]
-    );
-    assert_eq!(
-        calls[0], calls[1],
-        "the same quota twice is the same command"
-    );
-    assert_eq!(
-        calls[2][4..],
-        [
-            "/tenant/tenant-foo/scratch",
-            "--hard",
-            "50TB",
-            "--soft",
-            "45TB"
-        ]
-    );
-    assert_eq!(
-        calls[3][1..],
-        [
-            "fs",
-            "snapshot",
-            "create",
-            "home",
-            "offboard-alice-20261130"
-        ]
-    );
+    assert_eq!(calls[0][1..], ["fs", "quota", "set", "/home/alice", "--hard", "100GB", "--soft", "90GB"]);
+    assert_eq!(calls[0], calls[1], "the same quota twice is the same command");
+    assert_eq!(calls[2][4..], ["/tenant/tenant-foo/scratch", "--hard", "50TB", "--soft", "45TB"]);
+    assert_eq!(calls[3][1..], ["fs", "snapshot", "create", "home", "offboard-alice-20261130"]);
 
     // A failure is permanent and says what the CLI said.
-    let bad = cli.storage(Backend::Weka, |s| {
-        s.storage_home_path = "/x/{user}/fail".into()
-    });
+    let bad = cli.storage(Backend::Weka, |s| s.storage_home_path = "/x/{user}/fail".into());
     let e = bad.set_quota(&alice(), q).await.unwrap_err();
-    assert!(
-        matches!(&e, StorageError::Failed { message, .. } if message.contains("not on a Weka filesystem")),
-        "{e}"
-    );
+    assert!(matches!(&e, StorageError::Failed { message, .. } if message.contains("not on a Weka filesystem")), "{e}");
     assert!(!e.is_retryable());
 }
 
@@ -124,56 +77,27 @@ async fn weka_quotas_and_snapshots() {
 async fn lustre_and_command_templates() {
     let cli = FakeCli::install();
     let l = cli.storage(Backend::Lustre, |_| {});
-    l.set_quota(&alice(), Quota::parse("100GB", "90GB").unwrap())
-        .await
-        .unwrap();
+    l.set_quota(&alice(), Quota::parse("100GB", "90GB").unwrap()).await.unwrap();
     let name = SnapshotName::parse("s1").unwrap();
-    assert_eq!(
-        l.snapshot(&alice(), &name).await.unwrap(),
-        Snapshot::Created
-    );
+    assert_eq!(l.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);
     assert_eq!(l.snapshot(&alice(), &name).await.unwrap(), Snapshot::Exists);
     let calls = cli.calls();
-    assert_eq!(
-        calls[0][1..],
-        [
-            "setquota", "-u", "alice", "-b", "87890625", "-B", "97656250", "/home"
-        ]
-    );
+    assert_eq!(calls[0][1..], ["setquota", "-u", "alice", "-b", "87890625", "-B", "97656250", "/home"]);
     assert_eq!(calls[1][1..], ["snapshot_create", "-F", "home", "-n", "s1"]);
 
     // The command backend: an argv template; here it drives the fake weka too.
     let t = cli.storage(Backend::Command, |s| {
-        s.storage_quota_command = Some(format!(
-            "{} fs quota set {{path}} --hard {{hard}} --soft {{soft}}",
-            cli.bin("weka")
-        ));
-        s.storage_snapshot_command = Some(format!(
-            "{} fs snapshot create {{fs}} {{name}}",
-            cli.bin("weka")
-        ));
+        s.storage_quota_command =
+            Some(format!("{} fs quota set {{path}} --hard {{hard}} --soft {{soft}}", cli.bin("weka")));
+        s.storage_snapshot_command = Some(format!("{} fs snapshot create {{fs}} {{name}}", cli.bin("weka")));
     });
-    t.set_quota(&alice(), Quota::parse("1TiB", "900GiB").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        t.snapshot(&alice(), &SnapshotName::parse("s2").unwrap())
-            .await
-            .unwrap(),
-        Snapshot::Created
-    );
+    t.set_quota(&alice(), Quota::parse("1TiB", "900GiB").unwrap()).await.unwrap();
+    assert_eq!(t.snapshot(&alice(), &SnapshotName::parse("s2").unwrap()).await.unwrap(), Snapshot::Created);
     let calls = cli.calls();
-    assert_eq!(
-        calls[3][4..],
-        ["/home/alice", "--hard", "1TiB", "--soft", "900GiB"]
-    );
+    assert_eq!(calls[3][4..], ["/home/alice", "--hard", "1TiB", "--soft", "900GiB"]);
     assert_eq!(calls[4][4..], ["home", "s2"]);
 
     // A missing CLI is a spawn error, not a silent success.
     let none = cli.storage(Backend::Weka, |s| s.weka_bin = "/nonexistent/weka".into());
-    assert!(
-        none.set_quota(&alice(), Quota::parse("1GB", "1GB").unwrap())
-            .await
-            .is_err()
-    );
+    assert!(none.set_quota(&alice(), Quota::parse("1GB", "1GB").unwrap()).await.is_err());
 }

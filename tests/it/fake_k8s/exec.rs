@@ -23,41 +23,23 @@ pub(super) async fn exec(
 ) -> Response {
     let path = uri.path().to_string();
     for verb in ["get", "create"] {
-        let access = Access {
-            verb: verb.into(),
-            resource: "pods/exec".into(),
-            namespace: Some(ns.clone()),
-        };
-        inner
-            .lock()
-            .unwrap()
-            .log
-            .push((Method::GET, uri.to_string(), access));
+        let access = Access { verb: verb.into(), resource: "pods/exec".into(), namespace: Some(ns.clone()) };
+        inner.lock().unwrap().log.push((Method::GET, uri.to_string(), access));
     }
     let fault = take_fault(&inner, &Method::GET, &path);
     let drop_mid_stream = matches!(fault, Some(Fault::DropExec));
     if let Some(r) = apply_fault(fault).await {
         return r;
     }
-    if !inner
-        .lock()
-        .unwrap()
-        .objects
-        .contains_key(&format!("/api/v1/namespaces/{ns}/pods/{pod}"))
-    {
+    if !inner.lock().unwrap().objects.contains_key(&format!("/api/v1/namespaces/{ns}/pods/{pod}")) {
         return status(404, "NotFound", &format!("pods \"{pod}\" not found"));
     }
-    let argv: Vec<String> = query_pairs(&uri)
-        .into_iter()
-        .filter(|(k, _)| k == "command")
-        .map(|(_, v)| v)
-        .collect();
+    let argv: Vec<String> = query_pairs(&uri).into_iter().filter(|(k, _)| k == "command").map(|(_, v)| v).collect();
     if argv.is_empty() {
         return status(400, "BadRequest", "you must specify at least 1 command");
     }
     let protocols = inner.lock().unwrap().protocols.clone();
-    ws.protocols(protocols)
-        .on_upgrade(move |socket| run(socket, argv, drop_mid_stream))
+    ws.protocols(protocols).on_upgrade(move |socket| run(socket, argv, drop_mid_stream))
 }
 
 async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
@@ -73,9 +55,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
         Err(e) => {
             let s = json!({"metadata": {}, "status": "Failure", "reason": "InternalError", "code": 500,
                 "message": format!("Internal error occurred: error executing command in container: exec: \"{}\": {e}", argv[0])});
-            let _ = socket
-                .send(Message::Binary(channel(3, s.to_string().as_bytes())))
-                .await;
+            let _ = socket.send(Message::Binary(channel(3, s.to_string().as_bytes()))).await;
             close(socket).await;
             return;
         }
@@ -103,11 +83,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             continue;
         }
         let data = if ch == 1 { &ob[..n] } else { &eb[..n] };
-        if socket
-            .send(Message::Binary(channel(ch, data)))
-            .await
-            .is_err()
-        {
+        if socket.send(Message::Binary(channel(ch, data))).await.is_err() {
             return;
         }
         if drop_mid_stream {
@@ -116,11 +92,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             return;
         }
     }
-    let code = child
-        .wait()
-        .await
-        .map(|s| s.code().unwrap_or(-1))
-        .unwrap_or(-1);
+    let code = child.wait().await.map(|s| s.code().unwrap_or(-1)).unwrap_or(-1);
     let st = if code == 0 {
         json!({"metadata": {}, "status": "Success"})
     } else {
@@ -128,9 +100,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             "message": format!("command terminated with non-zero exit code: error executing command [{}], exit code {code}", argv.join(" ")),
             "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
     };
-    let _ = socket
-        .send(Message::Binary(channel(3, st.to_string().as_bytes())))
-        .await;
+    let _ = socket.send(Message::Binary(channel(3, st.to_string().as_bytes()))).await;
     close(socket).await;
 }
 
