@@ -43,7 +43,7 @@ pub enum Command {
     /// Apply the database migrations and exit.
     Migrate(DbArgs),
     /// Run the service: HTTP API, workers, or both.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Try onramp on this machine: a private PostgreSQL, the service, and sample jobs.
     Dev(DevArgs),
     /// Look at and act on jobs from the command line.
@@ -150,6 +150,12 @@ pub struct ServeArgs {
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub intake: IntakeArgs,
+    #[command(flatten, next_help_heading = "Kubernetes")]
+    pub k8s: crate::k8s::K8sArgs,
+    #[command(flatten, next_help_heading = "Storage")]
+    pub storage: crate::storage::StorageArgs,
+    #[command(flatten, next_help_heading = "Notifications")]
+    pub notify: crate::notify::NotifyArgs,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
@@ -444,5 +450,22 @@ mod tests {
             line.contains("--lease") && line.contains("ONRAMP_LEASE"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn backend_settings_are_serve_flags() {
+        let cli = Cli::try_parse_from([
+            "onramp", "serve", "--database-url", "postgres://x", "--storage-backend", "lustre",
+            "--slurmctld-deployment", "ctld", "--smtp-url", "smtp://127.0.0.1:25",
+        ])
+        .unwrap();
+        let Command::Serve(a) = cli.command else { panic!("not serve") };
+        assert_eq!(a.k8s.slurmctld_deployment, "ctld");
+        assert_eq!(a.storage.storage_backend, crate::storage::Backend::Lustre);
+        assert!(a.notify.smtp_url.is_some() && a.notify.slack_webhook_url.is_none());
+        let help = Cli::command().find_subcommand_mut("serve").unwrap().render_long_help().to_string();
+        for s in ["ONRAMP_KUBECONFIG", "ONRAMP_WEKA_BIN", "ONRAMP_SMTP_URL", "[default: slurm-control]"] {
+            assert!(help.contains(s), "serve --help lacks {s}");
+        }
     }
 }

@@ -13,10 +13,14 @@ pub mod exec;
 pub mod flows;
 pub mod http;
 pub mod intake;
+pub mod k8s;
 pub mod names;
+pub mod notify;
 pub mod reconcile;
 pub mod serve;
 pub mod slurm;
+pub mod sshkey;
+pub mod storage;
 pub mod telemetry;
 pub mod tenants;
 
@@ -51,7 +55,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 );
                 Ok(())
             }
-            Command::Serve(a) => serve::serve(a).await,
+            Command::Serve(a) => serve::serve(*a).await,
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
             Command::Token(a) => admin::tokens(a).await,

@@ -1,0 +1,163 @@
+//! The Kubernetes backend against the fake API server: the key Secret, server-side apply,
+//! tenant resources, and faults.
+
+use std::time::Duration;
+
+use axum::http::Method;
+use onramp::k8s::K8sError;
+use onramp::k8s::keys::{Applied, KeyState};
+use onramp::k8s::tenant::Deleted;
+use onramp::names::Username;
+use onramp::sshkey::PublicKey;
+use serde_json::json;
+
+use crate::fake_k8s::Fault;
+use crate::k8s_support::{TENANT, client, cluster, tenant};
+
+const ALICE: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+const BOB: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEbsZxVsY8Yr1gYU8e7x0zaF1bZKtOjM1i+7yJ0a4qaX bob";
+const SECRET: &str = "/api/v1/namespaces/tenant-foo/secrets/tenant-foo-authorized-keys";
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test]
+async fn key_secret_is_read_and_compared() {
+    let (fake, k8s) = cluster().await;
+    let (alice, bob) = (Username::parse("alice").unwrap(), Username::parse("bob").unwrap());
+    let key = PublicKey::parse(ALICE).unwrap();
+    assert_eq!(k8s.key_state(&tenant(), &alice, &key).await.unwrap(), KeyState::NoSecret);
+    fake.put(SECRET, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tenant-foo-authorized-keys", "namespace": TENANT},
+        "data": {"alice": b64(&format!("{}\n", ALICE.replace("alice@laptop", "from-authentik"))), "bob": b64(ALICE)}}));
+    assert_eq!(k8s.key_state(&tenant(), &alice, &key).await.unwrap(), KeyState::Matches);
+    let other = PublicKey::parse(BOB).unwrap();
+    let KeyState::Differs { found } = k8s.key_state(&tenant(), &bob, &other).await.unwrap() else { panic!() };
+    assert_eq!(found, [key.fingerprint()]);
+    assert_eq!(k8s.key_state(&tenant(), &Username::parse("carol").unwrap(), &key).await.unwrap(), KeyState::Missing);
+}
+
+#[tokio::test]
+async fn managed_keys_use_server_side_apply() {
+    let (fake, k8s) = cluster().await;
+    let (alice, bob) = (Username::parse("alice").unwrap(), Username::parse("bob").unwrap());
+    let (ka, kb) = (PublicKey::parse(ALICE).unwrap(), PublicKey::parse(BOB).unwrap());
+    let e = k8s.put_key(&tenant(), &alice, &ka).await.unwrap_err();
+    assert!(matches!(e, K8sError::Config(_)), "writing needs --manage-keys");
+
+    let k8s = client(&fake, |s| s.manage_keys = true);
+    assert_eq!(k8s.put_key(&tenant(), &alice, &ka).await.unwrap(), Applied::Changed);
+    assert_eq!(k8s.put_key(&tenant(), &bob, &kb).await.unwrap(), Applied::Changed);
+    assert_eq!(k8s.put_key(&tenant(), &alice, &ka).await.unwrap(), Applied::Unchanged);
+    assert_eq!(k8s.key_state(&tenant(), &alice, &ka).await.unwrap(), KeyState::Matches);
+    assert_eq!(k8s.key_state(&tenant(), &bob, &kb).await.unwrap(), KeyState::Matches);
+    let (ct, path, body) = fake.patches().last().cloned().unwrap();
+    assert_eq!(ct, "application/apply-patch+yaml");
+    assert!(path.ends_with("tenant-foo-authorized-keys"));
+    assert!(body["metadata"]["resourceVersion"].is_string(), "writes are conditional on what was read");
+    let (m, url) = fake.requests().into_iter().rfind(|(m, _)| m == Method::PATCH).unwrap();
+    assert!(url.contains("fieldManager=onramp") && url.contains("force=true"), "{m} {url}");
+
+    assert_eq!(k8s.remove_key(&tenant(), &alice).await.unwrap(), Applied::Changed);
+    assert_eq!(k8s.remove_key(&tenant(), &alice).await.unwrap(), Applied::Unchanged);
+    let data = fake.get(SECRET).unwrap()["data"].clone();
+    assert!(data.get("alice").is_none() && data.get("bob").is_some(), "{data}");
+
+    // Someone else changed the Secret between our read and our write: 409, retryable.
+    fake.fault(Method::PATCH, "authorized-keys", Fault::Status(409, None));
+    let e = k8s.put_key(&tenant(), &alice, &ka).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+}
+
+#[tokio::test]
+async fn tenant_resources() {
+    let (fake, k8s) = cluster().await;
+    let t = tenant();
+    k8s.apply_network_policy(&t).await.unwrap();
+    k8s.apply_network_policy(&t).await.unwrap();
+    let np = fake.get("/apis/networking.k8s.io/v1/namespaces/tenant-foo/networkpolicies/tenant-foo-isolation").unwrap();
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    assert_eq!(
+        np["spec"]["egress"][1]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "kube-system"
+    );
+
+    for (n, owner) in [("gpu-1", Some(TENANT)), ("gpu-2", Some(TENANT)), ("gpu-3", Some("tenant-bar")), ("cpu-1", None)]
+    {
+        let labels = owner.map_or(json!({"kind": "cpu"}), |o| json!({"reserved.tenant": o, "kind": "gpu"}));
+        fake.put(
+            &format!("/api/v1/nodes/{n}"),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}),
+        );
+    }
+    assert_eq!(k8s.remove_node_labels(&t).await.unwrap(), ["gpu-1", "gpu-2"]);
+    assert_eq!(fake.get("/api/v1/nodes/gpu-1").unwrap()["metadata"]["labels"], json!({"kind": "gpu"}));
+    assert_eq!(fake.get("/api/v1/nodes/gpu-3").unwrap()["metadata"]["labels"]["reserved.tenant"], "tenant-bar");
+    assert!(k8s.remove_node_labels(&t).await.unwrap().is_empty());
+
+    let cr = "/apis/slurm.nebius.ai/v1/namespaces/tenant-foo/slurmclusters/cluster-tenant-foo";
+    fake.put(
+        cr,
+        json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "SlurmCluster", "metadata": {"name": "cluster-tenant-foo"}}),
+    );
+    assert_eq!(k8s.delete_slurm_cluster(&t).await.unwrap(), Deleted::Deleted);
+    assert!(fake.get(cr).is_none());
+    assert_eq!(k8s.delete_slurm_cluster(&t).await.unwrap(), Deleted::AlreadyGone);
+    let k8s_slinky = client(&fake, |s| {
+        s.reservation_resource = "slinky.slurm.net/v1alpha1/reservations".into();
+        s.reservation_namespace = "-".into();
+    });
+    let res = "/apis/slinky.slurm.net/v1alpha1/reservations/tenant-foo-reservation";
+    fake.put(res, json!({"apiVersion": "slinky.slurm.net/v1alpha1", "kind": "Reservation", "metadata": {"name": "tenant-foo-reservation"}}));
+    assert_eq!(k8s_slinky.delete_reservation(&t).await.unwrap(), Deleted::Deleted);
+    assert!(fake.get(res).is_none());
+
+    k8s.restart_login(&t).await.unwrap();
+    let d = fake.get("/apis/apps/v1/namespaces/tenant-foo/deployments/login").unwrap();
+    let stamp = d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(time::OffsetDateTime::parse(&stamp, &time::format_description::well_known::Rfc3339).is_ok(), "{stamp}");
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "login", "merge patch keeps the rest");
+}
+
+#[tokio::test]
+async fn api_faults_are_typed() {
+    let (fake, k8s) = cluster().await;
+    let (t, alice) = (tenant(), Username::parse("alice").unwrap());
+    let key = PublicKey::parse(ALICE).unwrap();
+
+    fake.fault(Method::GET, "authorized-keys", Fault::Status(500, None));
+    let e = k8s.key_state(&t, &alice, &key).await.unwrap_err();
+    assert!(matches!(e, K8sError::Api { code: 500, .. }) && e.is_retryable(), "{e}");
+
+    fake.fault(Method::GET, "authorized-keys", Fault::Status(429, Some(7)));
+    let e = k8s.key_state(&t, &alice, &key).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(7)), "{e}");
+
+    fake.fault(Method::GET, "authorized-keys", Fault::Delay(Duration::from_secs(4)));
+    let e = k8s.key_state(&t, &alice, &key).await.unwrap_err();
+    assert!(matches!(e, K8sError::Timeout { .. }) && e.is_retryable(), "{e}");
+
+    fake.fault(Method::GET, "authorized-keys", Fault::Status(403, None));
+    let e = k8s.key_state(&t, &alice, &key).await.unwrap_err();
+    assert!(!e.is_retryable());
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"get\" on \"secrets\" in namespace tenant-foo") && msg.contains("deploy/rbac.yaml"),
+        "{msg}"
+    );
+
+    fake.fault(Method::PATCH, "/nodes/", Fault::Status(403, None));
+    fake.put("/api/v1/nodes/gpu-1", json!({"metadata": {"name": "gpu-1", "labels": {"reserved.tenant": TENANT}}}));
+    let e = k8s.remove_node_labels(&t).await.unwrap_err();
+    assert!(e.to_string().contains("\"patch\" on \"nodes\" cluster-wide"), "{e}");
+
+    // Nothing listens: a connection error, retryable.
+    let dead = onramp::k8s::K8s::for_url("http://127.0.0.1:9", k8s.settings().clone()).unwrap();
+    let e = dead.key_state(&t, &alice, &key).await.unwrap_err();
+    assert!(matches!(e, K8sError::Connection { .. }) && e.is_retryable(), "{e}");
+}

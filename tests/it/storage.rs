@@ -1,0 +1,103 @@
+//! Storage backends against a fake `weka`/`lfs`/`lctl` (tests/fakes/storage-cli) that checks
+//! the arguments as the real CLIs' syntax requires and records them.
+
+use std::sync::Arc;
+
+use onramp::exec::Local;
+use onramp::names::{TenantName, Username};
+use onramp::storage::{
+    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError, Target,
+};
+use serde_json::Value;
+
+struct FakeCli {
+    dir: tempfile::TempDir,
+}
+
+impl FakeCli {
+    fn install() -> Self {
+        let dir = tempfile::Builder::new().prefix("onramp-storage-").tempdir().unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
+        for name in ["weka", "lfs", "lctl"] {
+            std::os::unix::fs::symlink(script, dir.path().join(name)).unwrap();
+        }
+        Self { dir }
+    }
+    fn bin(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+    fn calls(&self) -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(self.dir.path().join("calls.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect()
+    }
+    fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageArgs)) -> CommandStorage {
+        let mut s = StorageArgs::defaults();
+        s.storage_backend = backend;
+        s.weka_bin = self.bin("weka");
+        s.lfs_bin = self.bin("lfs");
+        s.lctl_bin = self.bin("lctl");
+        f(&mut s);
+        CommandStorage::new(Arc::new(Local), s).unwrap()
+    }
+}
+
+fn alice() -> Target {
+    Target::Home(Username::parse("alice").unwrap())
+}
+
+#[tokio::test]
+async fn weka_quotas_and_snapshots() {
+    let cli = FakeCli::install();
+    let w = cli.storage(Backend::Weka, |_| {});
+    let q = Quota::parse("100GB", "90GB").unwrap();
+    w.set_quota(&alice(), q).await.unwrap();
+    w.set_quota(&alice(), q).await.unwrap();
+    let scratch = Target::Scratch(TenantName::parse("tenant-foo").unwrap());
+    w.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap()).await.unwrap();
+    let name = SnapshotName::parse("offboard-alice-20261130").unwrap();
+    assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);
+    assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Exists);
+    let calls = cli.calls();
+    assert_eq!(calls[0][1..], ["fs", "quota", "set", "/home/alice", "--hard", "100GB", "--soft", "90GB"]);
+    assert_eq!(calls[0], calls[1], "the same quota twice is the same command");
+    assert_eq!(calls[2][4..], ["/tenant/tenant-foo/scratch", "--hard", "50TB", "--soft", "45TB"]);
+    assert_eq!(calls[3][1..], ["fs", "snapshot", "create", "home", "offboard-alice-20261130"]);
+
+    // A failure is permanent and says what the CLI said.
+    let bad = cli.storage(Backend::Weka, |s| s.storage_home_path = "/x/{user}/fail".into());
+    let e = bad.set_quota(&alice(), q).await.unwrap_err();
+    assert!(matches!(&e, StorageError::Failed { message, .. } if message.contains("not on a Weka filesystem")), "{e}");
+    assert!(!e.is_retryable());
+}
+
+#[tokio::test]
+async fn lustre_and_command_templates() {
+    let cli = FakeCli::install();
+    let l = cli.storage(Backend::Lustre, |_| {});
+    l.set_quota(&alice(), Quota::parse("100GB", "90GB").unwrap()).await.unwrap();
+    let name = SnapshotName::parse("s1").unwrap();
+    assert_eq!(l.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);
+    assert_eq!(l.snapshot(&alice(), &name).await.unwrap(), Snapshot::Exists);
+    let calls = cli.calls();
+    assert_eq!(calls[0][1..], ["setquota", "-u", "alice", "-b", "87890625", "-B", "97656250", "/home"]);
+    assert_eq!(calls[1][1..], ["snapshot_create", "-F", "home", "-n", "s1"]);
+
+    // The command backend: an argv template; here it drives the fake weka too.
+    let t = cli.storage(Backend::Command, |s| {
+        s.storage_quota_command =
+            Some(format!("{} fs quota set {{path}} --hard {{hard}} --soft {{soft}}", cli.bin("weka")));
+        s.storage_snapshot_command = Some(format!("{} fs snapshot create {{fs}} {{name}}", cli.bin("weka")));
+    });
+    t.set_quota(&alice(), Quota::parse("1TiB", "900GiB").unwrap()).await.unwrap();
+    assert_eq!(t.snapshot(&alice(), &SnapshotName::parse("s2").unwrap()).await.unwrap(), Snapshot::Created);
+    let calls = cli.calls();
+    assert_eq!(calls[3][4..], ["/home/alice", "--hard", "1TiB", "--soft", "900GiB"]);
+    assert_eq!(calls[4][4..], ["home", "s2"]);
+
+    // A missing CLI is a spawn error, not a silent success.
+    let none = cli.storage(Backend::Weka, |s| s.weka_bin = "/nonexistent/weka".into());
+    assert!(none.set_quota(&alice(), Quota::parse("1GB", "1GB").unwrap()).await.is_err());
+}
