@@ -5,17 +5,18 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::cli::{DoctorArgs, JobsAction, JobsArgs};
+use crate::auth::{self, Role};
+use crate::cli::{DoctorArgs, JobsAction, JobsArgs, TokenAction, TokenArgs};
 use crate::engine::{Actor, Engine, JobFilter, JobState};
 use crate::exec::Local;
-use crate::names::ClusterName;
+use crate::names::{ClusterName, TenantName};
 use crate::slurm::{HostPath, SlurmCli};
 use crate::{db, flows, slurm};
 
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
     let engine = Engine::new(pool, flows::registry());
-    let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
+    let actor = cli_actor();
     let out = match args.action {
         JobsAction::List { state, limit } => {
             let state = state
@@ -54,6 +55,57 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&out).context("printing")?
     );
     Ok(())
+}
+
+pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    match args.action {
+        TokenAction::Create {
+            name,
+            role,
+            tenant,
+            expires,
+        } => {
+            let role: Role = role.parse().map_err(anyhow::Error::msg)?;
+            let tenant = tenant.as_deref().map(TenantName::parse).transpose()?;
+            let expires_at = expires.map(|d| time::OffsetDateTime::now_utc() + d);
+            let token = auth::create(
+                &pool,
+                &name,
+                role,
+                tenant.as_ref(),
+                expires_at,
+                &cli_actor(),
+            )
+            .await?;
+            eprintln!("onramp: created {role} token {name:?}; it is shown once:");
+            println!("{}", token.expose());
+        }
+        TokenAction::List => {
+            for t in auth::list(&pool).await? {
+                let state = if t.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{:<24} {:<9} {:<20} {state}",
+                    t.name,
+                    t.role,
+                    t.tenant.as_deref().unwrap_or("(all tenants)")
+                );
+            }
+        }
+        TokenAction::Revoke { name } => {
+            auth::revoke(&pool, &name).await?;
+            eprintln!("onramp: revoked token {name:?}");
+        }
+    }
+    Ok(())
+}
+
+fn cli_actor() -> Actor {
+    Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
 }
 
 /// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.

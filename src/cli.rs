@@ -47,6 +47,8 @@ pub enum Command {
     Dev(DevArgs),
     /// Look at and act on jobs from the command line.
     Jobs(JobsArgs),
+    /// Create, list and revoke API tokens.
+    Token(TokenArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
     Doctor(DoctorArgs),
@@ -190,6 +192,37 @@ pub enum JobsAction {
     Retry { id: i64 },
     /// Approve the step a job is waiting on.
     Approve { id: i64 },
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TokenArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(subcommand)]
+    pub action: TokenAction,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum TokenAction {
+    /// Create a token and print it (the only time it is shown).
+    Create {
+        /// A unique name, recorded as the actor of what the token does.
+        #[arg(long)]
+        name: String,
+        /// admin (also manages tokens), operator (also starts, retries, cancels, approves) or viewer (reads).
+        #[arg(long)]
+        role: String,
+        /// Limit the token to one tenant's jobs.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Expire after this long (e.g. 90d).
+        #[arg(long, value_parser = parse_duration)]
+        expires: Option<Duration>,
+    },
+    /// List tokens (never the tokens themselves).
+    List,
+    /// Revoke a token by name; it stops working at once.
+    Revoke { name: String },
 }
 
 /// Parses the command line after loading the settings file into the environment.

@@ -40,7 +40,18 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         .await
         .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.listen))?;
     let addr = listener.local_addr()?;
-    let token = Secret::new(uuid::Uuid::new_v4().simple().to_string());
+    sqlx::query("delete from api_tokens where name = 'dev'")
+        .execute(engine.pool())
+        .await?;
+    let token = crate::auth::create(
+        engine.pool(),
+        "dev",
+        crate::auth::Role::Admin,
+        None,
+        None,
+        &Actor::cli("dev"),
+    )
+    .await?;
     let db_line = match pg {
         Some(pg) => format!(
             "a private PostgreSQL in {} (stopped with onramp)",
@@ -49,7 +60,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         None => format!("{} (DATABASE_URL)", db::describe(url)),
     };
     println!(
-        "\nonramp dev is running at http://{addr}\n  database:  {db_line}\n  API token: {t}\n\n\
+        "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  database:  {db_line}\n  API token: {t}\n\n\
          Sample jobs {samples:?} are running now (one waits on a timer, one retries, one needs approval). Try:\n\
          \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs\
          \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}\
@@ -61,7 +72,6 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
     serve::run(
         engine,
         Some(listener),
-        Some(token),
         Some(worker),
         serve::shutdown_on_signal(),
     )

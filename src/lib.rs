@@ -1,6 +1,7 @@
 //! onramp: onboarding and offboarding for a multi-tenant Slurm GPU cluster, driven by Authentik.
 
 pub mod admin;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Serve(a) => serve::serve(a).await,
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
+            Command::Token(a) => admin::tokens(a).await,
             Command::Doctor(a) => return admin::doctor(a).await,
         };
         done.map(|()| ExitCode::SUCCESS)

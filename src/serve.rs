@@ -7,7 +7,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Role, ServeArgs, WorkerArgs};
-use crate::config::Secret;
 use crate::engine::{Engine, WorkerConfig, WorkerStats};
 use crate::{db, flows, http};
 
@@ -25,14 +24,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             })?),
         };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
-    run(
-        engine,
-        listener,
-        args.http.api_token,
-        worker,
-        shutdown_on_signal(),
-    )
-    .await
+    run(engine, listener, worker, shutdown_on_signal()).await
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
@@ -59,17 +51,12 @@ fn default_worker_id() -> String {
 pub async fn run(
     engine: Engine,
     listener: Option<TcpListener>,
-    api_token: Option<Secret>,
     worker: Option<WorkerConfig>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let stats = Arc::new(WorkerStats::default());
     let http = listener.map(|l| {
-        let state = http::AppState {
-            engine: engine.clone(),
-            stats: stats.clone(),
-            api_token,
-        };
+        let state = http::AppState::new(engine.clone(), stats.clone());
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }

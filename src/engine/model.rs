@@ -102,6 +102,8 @@ pub struct Job {
     pub id: i64,
     pub kind: String,
     pub subject: String,
+    /// The first segment of the subject.
+    pub tenant: String,
     pub dedupe_key: Option<String>,
     pub state: String,
     pub input: Value,

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
 use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
 
-const JOB_COLUMNS: &str = "id, kind, subject, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
+const JOB_COLUMNS: &str = "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
      lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
 
 /// Locks the job and checks that `action` may act on its state.
@@ -100,8 +100,7 @@ pub async fn cancel(
     notify(&mut tx, NOTIFY_CANCEL, &id.to_string()).await?;
     // its successors on the same subject may run now
     notify(&mut tx, NOTIFY_JOBS, "").await?;
-    tx.commit().await?;
-    job(pool, id).await
+    commit_returning(tx, id).await
 }
 
 /// Runs a failed job again from the step that failed, with a fresh retry budget.
@@ -128,8 +127,7 @@ pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineE
     )
     .await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
-    tx.commit().await?;
-    job(pool, id).await
+    commit_returning(tx, id).await
 }
 
 /// Approves the step that is waiting for approval; it runs again knowing it was approved.
@@ -156,8 +154,17 @@ pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, Engin
     )
     .await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
+    commit_returning(tx, id).await
+}
+
+/// Commits and returns the job as this transaction left it (a worker may change it right after).
+async fn commit_returning(mut tx: Transaction<'_, Postgres>, id: i64) -> Result<Job, EngineError> {
+    let job = sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1"))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
-    job(pool, id).await
+    Ok(job)
 }
 
 pub async fn job(pool: &PgPool, id: i64) -> Result<Job, EngineError> {
@@ -175,6 +182,8 @@ pub struct JobFilter {
     pub kind: Option<String>,
     /// Exact subject, or a prefix ending in `/` (e.g. `tenant-foo/`).
     pub subject: Option<String>,
+    /// Only jobs of this tenant (the first segment of the subject).
+    pub tenant: Option<String>,
     pub created_since: Option<OffsetDateTime>,
     /// Keyset cursor: only jobs with a smaller id.
     pub before_id: Option<i64>,
@@ -194,6 +203,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
          where ($1::text is null or state = $1) and ($2::text is null or kind = $2)
            and ($3::text is null or subject = $3) and ($4::text is null or subject like $4)
            and ($5::timestamptz is null or created_at >= $5) and ($6::bigint is null or id < $6)
+           and ($8::text is null or tenant = $8)
          order by id desc limit $7"
     ))
     .bind(f.state.map(JobState::as_str))
@@ -203,6 +213,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
     .bind(f.created_since)
     .bind(f.before_id)
     .bind(i64::from(f.limit.clamp(1, 500)))
+    .bind(f.tenant.as_deref())
     .fetch_all(pool)
     .await?;
     Ok(rows)
@@ -224,4 +235,22 @@ pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError
             .fetch_all(pool)
             .await?,
     )
+}
+
+/// Jobs changed after `since` (oldest change first), for live views.
+pub async fn changed_since(
+    pool: &PgPool,
+    since: OffsetDateTime,
+    tenant: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Job>, EngineError> {
+    Ok(sqlx::query_as(&format!(
+        "select {JOB_COLUMNS} from jobs where updated_at > $1 and ($2::text is null or tenant = $2)
+         order by updated_at limit $3"
+    ))
+    .bind(since)
+    .bind(tenant)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?)
 }

@@ -1,16 +1,15 @@
 //! Liveness (the process answers) and readiness (the database answers).
 
-use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
+use axum::http::{Method, StatusCode};
 
-use super::{AppState, Problem};
+use super::{AppState, Problem, Route, route};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
+pub fn routes() -> Vec<Route> {
+    vec![
+        route(Method::GET, "/healthz", || async { "ok\n" }),
+        route(Method::GET, "/readyz", ready),
+    ]
 }
 
 async fn ready(State(s): State<AppState>) -> Result<&'static str, Problem> {

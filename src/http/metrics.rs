@@ -3,16 +3,14 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
-use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
 
-use super::{AppState, Problem};
+use super::{AppState, Problem, Route, route};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/metrics", get(metrics))
+pub fn routes() -> Vec<Route> {
+    vec![route(Method::GET, "/metrics", metrics)]
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem> {

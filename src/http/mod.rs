@@ -1,34 +1,84 @@
-//! HTTP: health and metrics, the /v1 API. Each area has its own router.
+//! HTTP: health and metrics, the /v1 API (jobs, tokens), the dashboard. Each area lists its
+//! routes; the router is built from that one table, so the table is exactly what is served (and
+//! a test compares it with openapi.yaml).
 
-mod api;
+mod auth;
+mod dashboard;
 mod health;
+mod jobs;
 mod metrics;
 mod problem;
+mod tokens;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::http::Method;
+use axum::routing::{MethodFilter, MethodRouter, on};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Secret;
 use crate::engine::{Engine, WorkerStats};
 
+pub use auth::AuthLimiter;
 pub use problem::Problem;
 
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
     pub stats: Arc<WorkerStats>,
-    pub api_token: Option<Secret>,
+    pub limiter: Arc<AuthLimiter>,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, stats: Arc<WorkerStats>) -> Self {
+        Self {
+            engine,
+            stats,
+            limiter: Arc::new(AuthLimiter::default()),
+        }
+    }
+}
+
+/// One served route.
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+pub(crate) fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).expect("a standard method");
+    Route {
+        method,
+        path,
+        handler: on(filter, handler),
+    }
+}
+
+/// Every route onramp serves.
+pub fn routes() -> Vec<Route> {
+    let areas = [
+        health::routes(),
+        metrics::routes(),
+        jobs::routes(),
+        tokens::routes(),
+        dashboard::routes(),
+    ];
+    areas.into_iter().flatten().collect()
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(health::router())
-        .merge(metrics::router())
-        .nest("/v1", api::router())
-        .fallback(|| async { Problem::not_found("no such route") })
+    let mut r = Router::new();
+    for route in routes() {
+        r = r.route(route.path, route.handler);
+    }
+    r.fallback(|| async { Problem::not_found("no such route") })
         .with_state(state)
 }
 
@@ -38,7 +88,8 @@ pub async fn serve(
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }

@@ -15,6 +15,9 @@ pub struct Problem {
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
+    /// Sent as a Retry-After header.
+    #[serde(skip)]
+    pub retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -29,6 +32,7 @@ impl Problem {
             title,
             status: status.as_u16(),
             detail: detail.into(),
+            retry_after: None,
         }
     }
     pub fn not_found(detail: impl Into<String>) -> Self {
@@ -63,11 +67,16 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry_after = self.retry_after;
         let mut res = (status, Json(self)).into_response();
-        res.headers_mut().insert(
+        let headers = res.headers_mut();
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(secs) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         res
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use onramp::config::Secret;
+use onramp::auth::Role;
 use onramp::engine::{Actor, NewJob};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -19,16 +19,38 @@ struct App {
     _db: TestDb,
 }
 
-async fn app(token: Option<&str>, with_worker: bool) -> App {
+/// A token of `role` (optionally scoped to `tenant`) in the app's database.
+pub async fn token(
+    engine: &onramp::engine::Engine,
+    name: &str,
+    role: Role,
+    tenant: Option<&str>,
+) -> String {
+    let tenant = tenant.map(|t| onramp::names::TenantName::parse(t).unwrap());
+    onramp::auth::create(
+        engine.pool(),
+        name,
+        role,
+        tenant.as_ref(),
+        None,
+        &Actor::cli("test"),
+    )
+    .await
+    .unwrap()
+    .expose()
+    .to_string()
+}
+
+async fn app(with_worker: bool) -> App {
     let db = TestDb::new().await;
     let engine = engine(&db, onramp::flows::registry());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
     let worker = with_worker.then(|| worker_config("api-test", Duration::from_secs(10)));
-    let (e, s, t) = (engine.clone(), stop.clone(), token.map(Secret::new));
+    let (e, s) = (engine.clone(), stop.clone());
     tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), t, worker, s)
+        onramp::serve::run(e, Some(listener), worker, s)
             .await
             .unwrap()
     });
@@ -71,24 +93,24 @@ impl App {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_wants_the_token_and_says_so_in_problem_json() {
-    let a = app(Some("s3cret-token"), false).await;
-    let (status, ct, body) = a.get("/v1/jobs", "wrong").await;
+async fn the_api_wants_a_token_and_says_so_in_problem_json() {
+    let a = app(false).await;
+    let t = token(&a.engine, "ops", Role::Viewer, None).await;
+    let (status, ct, body) = a.get("/v1/jobs", "onr_wrong").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(ct, "application/problem+json");
     assert_eq!(body["type"], "urn:onramp:problem:unauthorized");
-    assert!(!body.to_string().contains("s3cret"));
-    let (status, _, body) = a.get("/v1/jobs", "s3cret-token").await;
+    let (status, _, body) = a.get("/v1/jobs", &t).await;
     assert_eq!(
         (status, body["jobs"].as_array().unwrap().len()),
         (StatusCode::OK, 0)
     );
-    let (status, _, body) = a.get("/v1/jobs/99", "s3cret-token").await;
+    let (status, _, body) = a.get("/v1/jobs/99", &t).await;
     assert_eq!(
         (status, body["type"].as_str()),
         (StatusCode::NOT_FOUND, Some("urn:onramp:problem:not-found"))
     );
-    let (status, _, body) = a.get("/v1/jobs?state=sideways", "s3cret-token").await;
+    let (status, _, body) = a.get("/v1/jobs?state=sideways", &t).await;
     assert_eq!(
         (status, body["type"].as_str()),
         (
@@ -96,23 +118,41 @@ async fn the_api_wants_the_token_and_says_so_in_problem_json() {
             Some("urn:onramp:problem:bad-request")
         )
     );
+    // revocation takes effect at once
+    onramp::auth::revoke(a.engine.pool(), "ops").await.unwrap();
+    assert_eq!(a.get("/v1/jobs", &t).await.0, StatusCode::UNAUTHORIZED);
     a.stop.cancel();
+}
 
-    let closed = app(None, false).await;
-    let (status, _, body) = closed.get("/v1/jobs", "").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentication_is_rate_limited_per_source() {
+    let a = app(false).await;
+    let t = token(&a.engine, "ops", Role::Viewer, None).await;
+    for _ in 0..20 {
+        assert_eq!(
+            a.get("/v1/jobs", "onr_guess").await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let r = a
+        .http
+        .get(format!("{}/v1/jobs", a.base))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
-        (status, body["type"].as_str()),
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some("urn:onramp:problem:api-disabled")
-        )
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "a blocked source waits, whatever it sends"
     );
-    closed.stop.cancel();
+    assert!(r.headers().get("retry-after").is_some());
+    a.stop.cancel();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_answer() {
-    let a = app(None, true).await;
+    let a = app(true).await;
     for path in ["/healthz", "/readyz"] {
         let r = a
             .http
@@ -149,7 +189,9 @@ async fn health_readiness_and_metrics_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_are_listed_shown_approved_retried_and_cancelled_over_http() {
-    let a = app(Some("t"), true).await;
+    let a = app(true).await;
+    let t = token(&a.engine, "ops", Role::Operator, None).await;
+    let t = t.as_str();
     let mk =
         |subject: &str, input: Value| NewJob::new("selftest", subject, input, Actor::cli("test"));
     let ids: Vec<i64> = a
@@ -168,37 +210,34 @@ async fn jobs_are_listed_shown_approved_retried_and_cancelled_over_http() {
     wait_state(&a.engine, ids[1], "failed", Duration::from_secs(20)).await;
     wait_state(&a.engine, ids[2], "waiting", Duration::from_secs(20)).await;
 
-    let (_, _, page) = a.get("/v1/jobs?limit=2", "t").await;
+    let (_, _, page) = a.get("/v1/jobs?limit=2", t).await;
     assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
     let next = page["next"].as_i64().unwrap();
-    let (_, _, rest) = a.get(&format!("/v1/jobs?limit=2&before={next}"), "t").await;
+    let (_, _, rest) = a.get(&format!("/v1/jobs?limit=2&before={next}"), t).await;
     assert_eq!(rest["jobs"][0]["id"].as_i64(), Some(ids[0]));
-    let (_, _, tenant_a) = a.get("/v1/jobs?subject=tenant-a/", "t").await;
+    let (_, _, tenant_a) = a.get("/v1/jobs?subject=tenant-a/", t).await;
     assert_eq!(tenant_a["jobs"].as_array().unwrap().len(), 2);
 
-    let (status, job) = a.post(&format!("/v1/jobs/{}/approve", ids[0]), "t").await;
+    let (status, job) = a.post(&format!("/v1/jobs/{}/approve", ids[0]), t).await;
     assert_eq!(
         (status, job["state"].as_str()),
         (StatusCode::OK, Some("pending"))
     );
     wait_state(&a.engine, ids[0], "succeeded", Duration::from_secs(20)).await;
-    let (_, _, detail) = a.get(&format!("/v1/jobs/{}", ids[0]), "t").await;
-    assert_eq!(
-        detail["job"]["outputs"]["finish"]["approved_by"],
-        "api:static-token"
-    );
+    let (_, _, detail) = a.get(&format!("/v1/jobs/{}", ids[0]), t).await;
+    assert_eq!(detail["job"]["outputs"]["finish"]["approved_by"], "api:ops");
     assert!(
         detail["events"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["actor"] == "api:static-token")
+            .any(|e| e["actor"] == "api:ops")
     );
     assert_eq!(detail["steps"].as_array().unwrap().len(), 4);
 
-    let (status, _) = a.post(&format!("/v1/jobs/{}/retry", ids[1]), "t").await;
+    let (status, _) = a.post(&format!("/v1/jobs/{}/retry", ids[1]), t).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, conflict) = a.post(&format!("/v1/jobs/{}/retry", ids[0]), "t").await;
+    let (status, conflict) = a.post(&format!("/v1/jobs/{}/retry", ids[0]), t).await;
     assert_eq!(
         (status, conflict["type"].as_str()),
         (
@@ -206,7 +245,7 @@ async fn jobs_are_listed_shown_approved_retried_and_cancelled_over_http() {
             Some("urn:onramp:problem:invalid-state")
         )
     );
-    let (status, job) = a.post(&format!("/v1/jobs/{}/cancel", ids[2]), "t").await;
+    let (status, job) = a.post(&format!("/v1/jobs/{}/cancel", ids[2]), t).await;
     assert_eq!(
         (status, job["state"].as_str()),
         (StatusCode::OK, Some("cancelled"))

@@ -1,0 +1,226 @@
+//! The dashboard in a real headless Chromium (Debian's chromium + chromium-driver): sign in, see
+//! a job change state live, open a failed job, press retry, see it succeed. Saves a screenshot to
+//! target/artifacts/dashboard.png.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use onramp::auth::Role;
+use onramp::engine::{Actor, NewJob, Registry, Transition};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::process::Command;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+use crate::engine_flows::Scripted;
+use crate::http_api::token;
+
+async fn chromedriver() -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("chromedriver (Debian: apt-get install chromium chromium-driver; scripts/test installs it)");
+    let url = format!("http://127.0.0.1:{port}");
+    let status = format!("{url}/status");
+    eventually(
+        Duration::from_secs(20),
+        "chromedriver to answer",
+        || async {
+            reqwest::get(&status)
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        },
+    )
+    .await;
+    (child, url)
+}
+
+async fn browser(webdriver: &str) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--no-first-run", "--disable-quic", "--window-size=1280,900"]
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(webdriver)
+        .await
+        .expect("a Chromium session")
+}
+
+async fn text_of(c: &Client, css: &str) -> Option<String> {
+    match c.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.ok(),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
+    let db = TestDb::new().await;
+    let gate = Arc::new(Notify::new());
+    let broken = Arc::new(AtomicBool::new(true));
+    let (g, b) = (gate.clone(), broken.clone());
+    let (flow, _) = Scripted::new(
+        "demo.onboard",
+        &["preflight", "quota", "notify"],
+        move |i, ctx| {
+            let (g, b) = (g.clone(), b.clone());
+            async move {
+                match (i, ctx.input["mode"].as_str()) {
+                    (1, Some("gated")) => {
+                        g.notified().await;
+                        Transition::Done(json!({"quota": "100GB"}))
+                    }
+                    (1, Some("broken")) if b.load(SeqCst) => {
+                        Transition::Fail("weka: quota service unreachable".into())
+                    }
+                    _ => Transition::Done(json!({"ok": true})),
+                }
+            }
+        },
+    );
+    let engine = engine(&db, Registry::new().with(flow));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let (e, s) = (engine.clone(), stop.clone());
+    let worker = worker_config("dash", Duration::from_secs(10));
+    tokio::spawn(async move {
+        onramp::serve::run(e, Some(listener), Some(worker), s)
+            .await
+            .unwrap()
+    });
+    let tok = token(&engine, "ops", Role::Operator, None).await;
+    let job = |subject: &str, mode: &str| {
+        NewJob::new(
+            "demo.onboard",
+            subject,
+            json!({"mode": mode}),
+            Actor::cli("test"),
+        )
+    };
+    let ids: Vec<i64> = engine
+        .enqueue(&[
+            job("tenant-a/alice", "gated"),
+            job("tenant-a/bob", "broken"),
+        ])
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let (live, failed) = (ids[0], ids[1]);
+    wait_state(&engine, live, "running", Duration::from_secs(10)).await;
+    wait_state(&engine, failed, "failed", Duration::from_secs(10)).await;
+
+    let (_driver, webdriver) = chromedriver().await;
+    let c = browser(&webdriver).await;
+    c.goto(&format!("{base}/dashboard")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(&tok)
+        .await
+        .unwrap();
+    c.find(Locator::Css("#login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = format!("tr[data-job=\"{live}\"] [data-testid=state]");
+    let seen =
+        |css: String, want: &'static str| {
+            let c = c.clone();
+            async move {
+                eventually(Duration::from_secs(20), &format!("{css} to read {want}"), || {
+                let (c, css) = (c.clone(), css.clone());
+                async move { (text_of(&c, &css).await.as_deref() == Some(want)).then_some(()) }
+            })
+            .await
+            }
+        };
+    seen(row.clone(), "running").await;
+    assert_eq!(
+        text_of(&c, &format!("tr[data-job=\"{live}\"] [data-testid=step]"))
+            .await
+            .as_deref(),
+        Some("quota")
+    );
+    // the job finishes while the page is open: the row changes without a reload
+    gate.notify_one();
+    seen(row, "succeeded").await;
+
+    // open the failed job, see why, press retry
+    c.find(Locator::Css(&format!("tr[data-job=\"{failed}\"]")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    seen(
+        "[data-testid=last-error]".into(),
+        "weka: quota service unreachable",
+    )
+    .await;
+    broken.store(false, SeqCst);
+    c.find(Locator::Css("[data-testid=retry]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    seen("h1 [data-testid=state]".into(), "succeeded").await;
+    let steps = text_of(&c, "[data-testid=steps]").await.unwrap();
+    assert!(
+        steps.contains("weka: quota service unreachable") && steps.contains("notify"),
+        "{steps}"
+    );
+    let audit = text_of(&c, "[data-testid=events]").await.unwrap();
+    assert!(
+        audit.contains("api:ops"),
+        "the retry is recorded with the token's name: {audit}"
+    );
+
+    let png = c.screenshot().await.unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("dashboard.png"), png).unwrap();
+    // a phone-sized window still shows the list
+    c.set_window_size(390, 844).await.unwrap();
+    c.goto(&format!("{base}/dashboard#/jobs")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css(&format!("tr[data-job=\"{failed}\"]")))
+        .await
+        .unwrap();
+    std::fs::write(
+        dir.join("dashboard-phone.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    c.close().await.unwrap();
+    stop.cancel();
+}

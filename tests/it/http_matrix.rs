@@ -1,0 +1,262 @@
+//! Access control, walked as a matrix: every /v1 route × role × own/other tenant (and no token).
+//! Also: the served routes and openapi.yaml list the same routes.
+
+use std::collections::BTreeSet;
+
+use onramp::auth::Role;
+use onramp::engine::{Actor, NewJob};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+use crate::http_api::token;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// Allowed: any of these statuses (the action may find the job in another state).
+    Allowed(&'static [u16]),
+    Forbidden,
+    NotFound,
+}
+use Expect::*;
+
+struct Case<'a> {
+    role: Role,
+    scoped: bool,
+    /// The job (or token) acted on belongs to the caller's tenant.
+    own: bool,
+    method: &'a Method,
+    path: &'a str,
+}
+
+/// What each route should answer. Panics on a /v1 route it does not know, so a new route must
+/// be added here (and so to the matrix).
+fn expect(c: &Case) -> Expect {
+    let hidden = c.scoped && !c.own;
+    match (c.method.as_str(), c.path) {
+        ("GET", "/v1/whoami" | "/v1/jobs" | "/v1/stream") => Allowed(&[200]),
+        ("GET", "/v1/jobs/{id}") => {
+            if hidden {
+                NotFound
+            } else {
+                Allowed(&[200])
+            }
+        }
+        ("POST", "/v1/jobs/{id}/cancel" | "/v1/jobs/{id}/retry" | "/v1/jobs/{id}/approve") => {
+            if c.role < Role::Operator {
+                Forbidden
+            } else if hidden {
+                NotFound
+            } else {
+                Allowed(&[200, 409])
+            }
+        }
+        ("GET", "/v1/tokens") => {
+            if c.role < Role::Admin {
+                Forbidden
+            } else {
+                Allowed(&[200])
+            }
+        }
+        ("POST", "/v1/tokens") => {
+            if c.role < Role::Admin || hidden {
+                Forbidden
+            } else {
+                Allowed(&[201])
+            }
+        }
+        ("POST", "/v1/tokens/{name}/revoke") => {
+            if c.role < Role::Admin {
+                Forbidden
+            } else if hidden {
+                NotFound
+            } else {
+                Allowed(&[204])
+            }
+        }
+        (m, p) => panic!("the access matrix does not cover {m} {p}: add it"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_v1_route_by_role_and_tenant() {
+    let db = TestDb::new().await;
+    let engine = engine(&db, onramp::flows::registry());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let (e, s) = (engine.clone(), stop.clone());
+    tokio::spawn(async move {
+        onramp::serve::run(e, Some(listener), None, s)
+            .await
+            .unwrap()
+    });
+    let http = reqwest::Client::new();
+
+    let routes: Vec<(Method, &str)> = onramp::http::routes()
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/"))
+        .map(|r| {
+            (
+                Method::from_bytes(r.method.as_str().as_bytes()).unwrap(),
+                r.path,
+            )
+        })
+        .collect();
+    assert!(routes.len() >= 10, "{routes:?}");
+
+    let mut checked = 0;
+    let mut n = 0;
+    for role in [Role::Viewer, Role::Operator, Role::Admin] {
+        for scoped in [false, true] {
+            let caller = token(
+                &engine,
+                &format!("caller-{role}-{scoped}"),
+                role,
+                scoped.then_some("tenant-a"),
+            )
+            .await;
+            for own in [true, false] {
+                let tenant = if own { "tenant-a" } else { "tenant-b" };
+                for (method, path) in &routes {
+                    n += 1;
+                    // a fresh job (and token) for every call, so actions find them in a known state
+                    let job = engine
+                        .enqueue(&[NewJob::new(
+                            "selftest",
+                            &format!("{tenant}/u{n}"),
+                            json!({}),
+                            Actor::cli("t"),
+                        )
+                        .at(time::OffsetDateTime::now_utc() + time::Duration::hours(1))])
+                        .await
+                        .unwrap()[0]
+                        .id;
+                    let victim = format!("victim-{n}");
+                    token(&engine, &victim, Role::Viewer, Some(tenant)).await;
+                    let url = format!(
+                        "{base}{}",
+                        path.replace("{id}", &job.to_string())
+                            .replace("{name}", &victim)
+                    );
+                    let mut req = http.request(method.clone(), &url);
+                    if path == &"/v1/tokens" && method == Method::POST {
+                        req = req.json(&json!({"name": format!("new-{n}"), "role": "viewer", "tenant": tenant}));
+                    }
+                    // no token: always 401
+                    let anon = http
+                        .request(method.clone(), &url)
+                        .send()
+                        .await
+                        .unwrap()
+                        .status();
+                    assert_eq!(
+                        anon,
+                        StatusCode::UNAUTHORIZED,
+                        "{method} {path} without a token"
+                    );
+                    let res = req.bearer_auth(&caller).send().await.unwrap();
+                    let status = res.status().as_u16();
+                    let case = Case {
+                        role,
+                        scoped,
+                        own,
+                        method,
+                        path,
+                    };
+                    let want = expect(&case);
+                    let ok = match want {
+                        Allowed(codes) => codes.contains(&status),
+                        Forbidden => status == 403,
+                        NotFound => status == 404,
+                    };
+                    assert!(
+                        ok,
+                        "{method} {path} as {role} (scoped {scoped}, own {own}): got {status}, want {want:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, routes.len() * 12);
+
+    // listing never leaks another tenant's jobs
+    let scoped = token(&engine, "scoped-viewer", Role::Viewer, Some("tenant-a")).await;
+    let body: serde_json::Value = http
+        .get(format!("{base}/v1/jobs?limit=500"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tenants: BTreeSet<&str> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(tenants, BTreeSet::from(["tenant-a"]));
+    let body: serde_json::Value = http
+        .get(format!("{base}/v1/jobs?tenant=tenant-b"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["jobs"].as_array().unwrap().len(), 0);
+    stop.cancel();
+}
+
+/// `path -> methods` from openapi.yaml, read line by line (the file keeps one style:
+/// two-space-indented paths under `paths:`, methods four spaces in).
+fn spec_routes() -> BTreeSet<(String, String)> {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    let mut out = BTreeSet::new();
+    let mut in_paths = false;
+    let mut path = String::new();
+    for line in text.lines() {
+        if !line.starts_with(' ') && !line.is_empty() {
+            in_paths = line == "paths:";
+            continue;
+        }
+        if !in_paths {
+            continue;
+        }
+        if let Some(p) = line.strip_prefix("  /") {
+            path = format!("/{}", p.trim_end_matches(':'));
+        } else if let Some(m) = line.strip_prefix("    ") {
+            let m = m.trim_end_matches(':');
+            if ["get", "post", "put", "patch", "delete"].contains(&m) {
+                out.insert((m.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn openapi_lists_exactly_the_served_routes() {
+    let served: BTreeSet<(String, String)> = onramp::http::routes()
+        .iter()
+        .map(|r| (r.method.to_string(), r.path.to_string()))
+        .collect();
+    let spec = spec_routes();
+    let missing: Vec<_> = served.difference(&spec).collect();
+    let extra: Vec<_> = spec.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "served but not in openapi.yaml: {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "in openapi.yaml but not served: {extra:?}"
+    );
+}
