@@ -58,13 +58,13 @@ impl SlurmCli {
         parse::read_ok(&cmd.to_string(), &out).map(str::to_string)
     }
 
-    /// A write: what happened, or the error.
     /// Runs a command that changes Slurm, one at a time (see [`WRITES`]).
     async fn run_write(&self, cmd: &Command) -> Result<Output, SlurmError> {
         let _one_at_a_time = WRITES.lock().await;
         self.run(cmd).await
     }
 
+    /// A write: what happened, or the error.
     pub(super) async fn write(&self, cmd: &Command) -> Result<Outcome, SlurmError> {
         let out = self.run_write(cmd).await?;
         let o = parse::outcome(&cmd.to_string(), &out);
@@ -152,9 +152,11 @@ impl SlurmCli {
             .filter(|j| targeted(j))
             .map(|j| j.id.as_str())
             .collect();
+        // Gone from squeue: cancelled. (A pending job that started meanwhile is neither.)
+        let known: BTreeSet<&str> = after.iter().map(|j| j.id.as_str()).collect();
         let cancelled = before
             .iter()
-            .filter(|j| !still.contains(j.id.as_str()))
+            .filter(|j| !known.contains(j.id.as_str()))
             .map(|j| j.id.clone())
             .collect();
         if pending_only {

@@ -211,6 +211,11 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
     })
     .await;
     drop(_node);
+    let tenant_jobs = JobScope::Account(acct(&t));
+    assert_eq!(
+        s.cancel_all(&tenant_jobs).await.unwrap(),
+        Cancelled::default()
+    );
     // slurmdbd learns of the job's end a moment after slurmctld: the refusal is retryable.
     let gone = eventually(
         Duration::from_secs(30),
