@@ -9,7 +9,6 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{Secret, parse_duration, read_settings_file};
-use crate::intake::SigningSecret;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -144,7 +143,7 @@ pub struct IntakeArgs {
     pub authentik_attempts: u32,
     /// Standard Webhooks signing secrets (whsec_…), comma-separated; several during a rotation.
     #[arg(long, env = "ONRAMP_WEBHOOK_SECRETS", hide_env_values = true, value_delimiter = ',', value_name = "WHSEC")]
-    pub webhook_secrets: Vec<SigningSecret>,
+    pub webhook_secrets: Vec<Secret>,
     /// Bearer tokens accepted on the webhook, comma-separated. With secrets too, both are required.
     #[arg(long, env = "ONRAMP_WEBHOOK_TOKENS", hide_env_values = true, value_delimiter = ',', value_name = "TOKEN")]
     pub webhook_tokens: Vec<Secret>,
