@@ -321,7 +321,6 @@ fn offset(pk: i64, off: u32) -> u32 {
     u32::try_from(pk.saturating_add(i64::from(off))).unwrap_or(u32::MAX)
 }
 
-
 struct Validator<'a> {
     lines: &'a LineIndex,
     mistakes: Vec<Mistake>,
@@ -821,7 +820,10 @@ tenants:
 mod example {
     #[test]
     fn the_shipped_example_is_valid() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/authentik/tenants.example.yaml"
+        );
         let r = super::TenantRegistry::load(std::path::Path::new(path)).unwrap();
         assert_eq!(r.tenants.len(), 2);
         assert_eq!(r.tenants[0].default_account.as_str(), "ml-team-foo");

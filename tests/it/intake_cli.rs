@@ -95,7 +95,8 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
     );
 
     // a malformed signing secret is named, never printed
-    let file = std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let file =
+        std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(&file, "tenants:\n  - name: foo\n    group: g\n").unwrap();
     let o = onramp(
         &["serve", "--role", "api"],
@@ -113,6 +114,9 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
     std::fs::remove_file(&file).unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"), "{e}");
+    assert!(
+        e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"),
+        "{e}"
+    );
     assert!(!e.contains("topsecret") && !e.contains("c2VjcmV0"), "{e}");
 }

@@ -432,7 +432,10 @@ async fn the_shipped_header_mapping_signs_what_authentik_sends() {
 async fn webhook_throughput() {
     let db = TestDb::new().await;
     let app = app(&db, AppOptions::default()).await;
-    let total: usize = std::env::var("N").ok().and_then(|n| n.parse().ok()).unwrap_or(20_000);
+    let total: usize = std::env::var("N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
     let clients = 32usize;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = std::time::Instant::now();
@@ -446,7 +449,12 @@ async fn webhook_throughput() {
                 if i >= total {
                     return;
                 }
-                let body = structured(&format!("{i:032x}"), "model_updated", user_model(i as i64), None);
+                let body = structured(
+                    &format!("{i:032x}"),
+                    "model_updated",
+                    user_model(i as i64),
+                    None,
+                );
                 let raw = serde_json::to_vec(&body).unwrap();
                 let id = format!("msg_{i}");
                 let ts = now();
@@ -466,5 +474,8 @@ async fn webhook_throughput() {
     }
     set.join_all().await;
     let secs = started.elapsed().as_secs_f64();
-    println!("{total} deliveries with {clients} clients in {secs:.2} s: {:.0} deliveries/s", total as f64 / secs);
+    println!(
+        "{total} deliveries with {clients} clients in {secs:.2} s: {:.0} deliveries/s",
+        total as f64 / secs
+    );
 }
