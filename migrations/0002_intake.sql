@@ -1,6 +1,8 @@
 -- Webhook intake: every verified delivery, once. A duplicate (same event uuid, webhook-id or,
 -- for bodies without either, the same bytes within the hour) is acknowledged and not stored again.
 
+-- ids are UUIDv7 (time-ordered): the primary key grows at its right edge, and id order is
+-- arrival order, so no index on received_at is kept on the hot path.
 create table webhook_deliveries (
     id            uuid        primary key,
     -- event:<uuid> | webhook-id:<id> | body:<sha256>:<hour>
@@ -16,4 +18,3 @@ create table webhook_deliveries (
     -- what the delivery pointed at, as the intake understood it
     targets       jsonb       not null default '[]'
 );
-create index webhook_deliveries_received on webhook_deliveries (received_at desc);

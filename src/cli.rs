@@ -9,7 +9,6 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{Secret, parse_duration, read_settings_file};
-use crate::intake::SigningSecret;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -191,14 +190,8 @@ pub struct IntakeArgs {
     #[arg(long, env = "ONRAMP_AUTHENTIK_ATTEMPTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub authentik_attempts: u32,
     /// Standard Webhooks signing secrets (whsec_…), comma-separated; several during a rotation.
-    #[arg(
-        long,
-        env = "ONRAMP_WEBHOOK_SECRETS",
-        hide_env_values = true,
-        value_delimiter = ',',
-        value_name = "WHSEC"
-    )]
-    pub webhook_secrets: Vec<SigningSecret>,
+    #[arg(long, env = "ONRAMP_WEBHOOK_SECRETS", hide_env_values = true, value_delimiter = ',', value_name = "WHSEC")]
+    pub webhook_secrets: Vec<Secret>,
     /// Bearer tokens accepted on the webhook, comma-separated. With secrets too, both are required.
     #[arg(
         long,

@@ -12,11 +12,12 @@ use crate::intake::setup::{IntakeSetup, periodic_reconcile};
 use crate::{db, flows, http};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // settings first: a mistake there is reported before anything connects
+    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker)?;
     let pool = db::connect(&args.db.database_url, args.db.db_pool_size).await?;
     if args.migrate {
         db::migrate(&pool).await?;
     }
-    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker)?;
     if setup.is_none() {
         tracing::info!(
             "Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)"

@@ -27,7 +27,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::names::{QosName, SlurmAccount, TenantName, Username};
+use crate::names::{QosName, SlurmAccount, TenantName};
 
 /// The registry as written in the file (strings not yet checked).
 #[derive(Debug, Deserialize)]
@@ -319,11 +319,6 @@ impl TenantRegistry {
 
 fn offset(pk: i64, off: u32) -> u32 {
     u32::try_from(pk.saturating_add(i64::from(off))).unwrap_or(u32::MAX)
-}
-
-/// A checked username from Authentik's, if it is acceptable on the cluster.
-pub fn username(s: &str) -> Result<Username, crate::names::NameError> {
-    Username::parse(s)
 }
 
 struct Validator<'a> {

@@ -95,6 +95,12 @@ pub struct Group {
 }
 
 impl User {
+    /// Whether the answer says which groups the user is in (by name). Without `groups_obj`,
+    /// a user with groups must not be judged to be in none.
+    pub fn knows_group_names(&self) -> bool {
+        self.groups_obj.is_some() || self.groups.is_empty()
+    }
+
     /// Names of the user's groups (from `groups_obj`).
     pub fn group_names(&self) -> Vec<String> {
         self.groups_obj
@@ -167,14 +173,22 @@ impl AuthentikClient {
     }
 
     pub async fn user(&self, pk: i64) -> Result<User, AuthentikError> {
-        self.get(&format!("/core/users/{pk}/"), &[], &format!("user {pk}"))
+        let q = [("include_groups", "true".to_string())];
+        self.get(&format!("/core/users/{pk}/"), &q, &format!("user {pk}"))
             .await
     }
 
     pub async fn user_by_username(&self, username: &str) -> Result<User, AuthentikError> {
         let what = format!("user {username:?}");
         let page: Page<User> = self
-            .get("/core/users/", &[("username", username.to_string())], &what)
+            .get(
+                "/core/users/",
+                &[
+                    ("username", username.to_string()),
+                    ("include_groups", "true".to_string()),
+                ],
+                &what,
+            )
             .await?;
         page.results
             .into_iter()
@@ -343,6 +357,17 @@ mod tests {
         assert_eq!(u.ssh_keys(), ["ssh-ed25519 AAA"]);
         u.attributes = json!({});
         assert!(u.ssh_keys().is_empty());
+    }
+
+    #[test]
+    fn a_user_without_groups_obj_is_not_taken_for_a_user_in_no_group() {
+        let mut u: User =
+            serde_json::from_value(json!({"pk": 1, "username": "a", "is_active": true,
+            "groups": ["9a4f0c2e1b7d4e3f8a6b5c4d3e2f1a0b"]}))
+            .unwrap();
+        assert!(!u.knows_group_names());
+        u.groups.clear();
+        assert!(u.knows_group_names());
     }
 
     #[test]

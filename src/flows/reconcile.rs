@@ -130,6 +130,10 @@ impl Flow for ReconcileUser {
                 }
             };
             let user = match found {
+                Ok(u) if !u.knows_group_names() => {
+                    let why = format!("Authentik's answer for user {} lacks groups_obj", u.pk);
+                    return retry_or_give_up(ctx, why);
+                }
                 Ok(u) => Some(u),
                 Err(AuthentikError::NotFound(_)) => None,
                 Err(e) => return retry_or_give_up(ctx, e.to_string()),

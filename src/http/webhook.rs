@@ -131,7 +131,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         }
     };
     let parsed = event::parse(&body);
-    let id = uuid::Uuid::new_v4();
+    let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
     let jobs = jobs_for_targets(
         &parsed.targets,

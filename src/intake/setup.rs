@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
-use super::{DeliveryWriter, Intake, IntakeStats, WebhookAuth};
+use super::{DeliveryWriter, Intake, IntakeStats, SigningSecret, WebhookAuth};
 use crate::authentik::{AuthentikClient, AuthentikConfig};
 use crate::cli::IntakeArgs;
 use crate::config::Secret;
@@ -82,8 +82,16 @@ impl IntakeSetup {
             min_users: a.brake_min_users,
             max_percent: a.brake_max_percent,
         };
+        // parsed here rather than by clap, whose error would print the value
+        let mut signing_secrets = vec![];
+        for (i, s) in a.webhook_secrets.iter().enumerate() {
+            let key = s.expose().parse::<SigningSecret>();
+            signing_secrets.push(
+                key.map_err(|e| anyhow::anyhow!("ONRAMP_WEBHOOK_SECRETS entry {}: {e}", i + 1))?,
+            );
+        }
         let auth = WebhookAuth {
-            signing_secrets: a.webhook_secrets.clone(),
+            signing_secrets,
             bearer_tokens: a.webhook_tokens.clone(),
             tolerance: a.webhook_tolerance,
         };

@@ -91,7 +91,13 @@ impl DeliveryWriter {
 
 async fn write_batch(engine: &Engine, batch: Vec<Request>) {
     let (deliveries, replies): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
+    let started = std::time::Instant::now();
     let result = write(engine, &deliveries).await;
+    tracing::debug!(
+        n = deliveries.len(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "webhook deliveries written"
+    );
     if let Err(e) = &result {
         tracing::error!(error = %e, n = deliveries.len(), "storing webhook deliveries failed");
     }

@@ -93,4 +93,30 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
         e.contains("line 2: tenants[0].name: tenant name \"Foo\" is not allowed"),
         "{e}"
     );
+
+    // a malformed signing secret is named, never printed
+    let file =
+        std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, "tenants:\n  - name: foo\n    group: g\n").unwrap();
+    let o = onramp(
+        &["serve", "--role", "api"],
+        &[
+            ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x"),
+            ("ONRAMP_AUTHENTIK_URL", "https://auth.example.org"),
+            ("ONRAMP_AUTHENTIK_TOKEN", "t"),
+            ("ONRAMP_TENANTS", file.to_str().unwrap()),
+            (
+                "ONRAMP_WEBHOOK_SECRETS",
+                "whsec_c2VjcmV0LXRoYXQtaXMtbm90LW91cnMtYXQtYWxs,whsec_!!topsecret",
+            ),
+        ],
+    );
+    std::fs::remove_file(&file).unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"),
+        "{e}"
+    );
+    assert!(!e.contains("topsecret") && !e.contains("c2VjcmV0"), "{e}");
 }

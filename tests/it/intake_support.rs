@@ -340,8 +340,11 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,
-        writers: 2,
-        batch: 64,
+        writers: std::env::var("WRITERS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2),
+        batch: 512,
         reconcile_interval: Duration::ZERO,
     };
     let registry = setup.registry(

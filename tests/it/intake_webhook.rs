@@ -424,3 +424,58 @@ async fn the_shipped_header_mapping_signs_what_authentik_sends() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].3["pk"], 42);
 }
+
+/// Throughput of signed deliveries at 32 concurrent clients (run by hand:
+/// `cargo test --release --test it webhook_throughput -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn webhook_throughput() {
+    let db = TestDb::new().await;
+    let app = app(&db, AppOptions::default()).await;
+    let total: usize = std::env::var("N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    let clients = 32usize;
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = std::time::Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (http, url, next) = (app.http.clone(), app.url.clone(), next.clone());
+        set.spawn(async move {
+            let key: onramp::intake::SigningSecret = WHSEC.parse().unwrap();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= total {
+                    return;
+                }
+                let body = structured(
+                    &format!("{i:032x}"),
+                    "model_updated",
+                    user_model(i as i64),
+                    None,
+                );
+                let raw = serde_json::to_vec(&body).unwrap();
+                let id = format!("msg_{i}");
+                let ts = now();
+                let r = http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", &id)
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", key.sign(&id, ts, &raw))
+                    .body(raw)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 202);
+            }
+        });
+    }
+    set.join_all().await;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{total} deliveries with {clients} clients in {secs:.2} s: {:.0} deliveries/s",
+        total as f64 / secs
+    );
+}
