@@ -41,7 +41,6 @@ create index jobs_subject_open on jobs (subject, id) where state not in ('succee
 -- enqueue is idempotent by dedupe key while a job with that key is unfinished
 create unique index jobs_dedupe_open on jobs (dedupe_key)
     where dedupe_key is not null and state not in ('succeeded', 'cancelled');
-create index jobs_created on jobs (created_at desc, id desc);
 
 create table step_runs (
     id           bigint generated always as identity primary key,
