@@ -97,8 +97,11 @@ pub async fn enqueue(
            insert into job_events (job_id, to_state, step, actor, detail)
            select id, 'pending', step, created_by,
                   case when run_at > now() then 'scheduled for ' || run_at::text end from ins)
+         -- wake idle workers only for work due now: a NOTIFY serializes concurrent commits, and a
+         -- worker finds jobs due later by its next-due timer or its poll
          select v.id, exists (select 1 from ins where ins.id = v.id) as created,
-                (select 1 from (select pg_notify($8, '')) n) as woke
+                case when exists (select 1 from ins where ins.run_at <= now())
+                     then (select 1 from (select pg_notify($8, '')) n) end as woke
          from v order by v.ord",
     )
     .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())

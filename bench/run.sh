@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# onramp side by side with its references, in one run on this machine's PostgreSQL:
+# graphile-worker and pgbench (bench/reference/run.sh), then onramp's engine and webhook intake
+# benchmarks (release build), then the ratios. JSON lines go to bench/results.jsonl.
+#   bench/run.sh          (BENCH_PG overrides the admin URL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=bench/results.jsonl
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+cargo build --release --quiet
+bench/reference/run.sh | tee "$out"
+cargo bench --quiet --bench engine | grep '^{' | tee -a "$out"
+cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def find(**kw):
+    return next((r for r in rows if all(r.get(k) == v for k, v in kw.items())), None)
+gw = find(system="graphile-worker", mode="default")
+gwl = find(system="graphile-worker", test="add_to_start_latency")
+pg32 = find(system="pgbench-insert", clients=32, synchronous_commit="on")
+eng = find(system="onramp", measure="throughput")
+lat = find(system="onramp", measure="enqueue_to_start")
+rec = find(system="onramp", measure="kill9_recovery")
+hook = find(system="onramp", measure="webhook_intake")
+print()
+if gw and eng:
+    print(f"engine no-op jobs/s: onramp {eng['jobs_per_s']:.0f} vs graphile-worker {gw['jobs_per_s']:.0f}"
+          f" = {eng['jobs_per_s'] / gw['jobs_per_s']:.2f}x (target >= 2x)")
+if lat:
+    extra = f" (graphile-worker p50 {gwl['p50_ms']:.1f} / p99 {gwl['p99_ms']:.1f} ms)" if gwl else ""
+    print(f"enqueue -> step start: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms (targets 5 / 25 ms){extra}")
+if rec:
+    print(f"kill -9 recovery: {rec['recovered_ms']} ms = {rec['ratio_to_lease']:.2f}x the lease (target <= 2x)")
+if hook and pg32:
+    print(f"webhook intake at 32 clients: onramp {hook['deliveries_per_s']:.0f}/s vs pgbench INSERT {pg32['tps']:.0f} tps"
+          f" = {hook['deliveries_per_s'] / pg32['tps']:.2f}x (target >= 1x)")
+PY
