@@ -7,6 +7,8 @@ mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
 mod fake_k8s;
+mod flows_support;
+mod flows_user;
 mod http_api;
 mod http_matrix;
 mod intake_cli;
