@@ -4,6 +4,7 @@
 //! Names are unique per test; each harness deletes the Slurm accounts it made.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use onramp::flows::{Backends, Timings};
 use onramp::intake::setup::IntakeSetup;
 use onramp::intake::{SigningSecret, WebhookAuth};
 use onramp::k8s::Kubernetes;
-use onramp::names::{ClusterName, SlurmAccount, TenantName, Username};
+use onramp::names::{ClusterName, TenantName, Username};
 use onramp::notify::{Email, Notifier, NotifyArgs};
 use onramp::reconcile::{Brake, Reconciler, SacctmgrAssociations};
 use onramp::slurm::{HostPath, Slurm, SlurmCli};
@@ -102,7 +103,6 @@ impl Harness {
             std::fs::create_dir_all(root.path().join(d)).unwrap();
         }
         std::fs::write(root.path().join("skel/.bashrc"), "# skel\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let r = root.path().display().to_string();
         let client = crate::k8s_support::client(&k8s, |a| {
@@ -121,9 +121,18 @@ impl Harness {
         let storage_dir = tempfile::Builder::new().prefix("onramp-flows-storage-").tempdir().unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
         std::os::unix::fs::symlink(script, storage_dir.path().join("weka")).unwrap();
+        // `weka-flaky`: fails once when the test has put a `fail-next` file beside it.
+        let flaky = storage_dir.path().join("weka-flaky");
+        std::fs::write(
+            &flaky,
+            "#!/bin/sh\nd=$(dirname \"$0\")\nif [ -e \"$d/fail-next\" ]; then rm -f \"$d/fail-next\"; \
+             echo 'error: injected failure' >&2; exit 1; fi\nexec \"$d/weka\" \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut sa = StorageArgs::defaults();
         sa.storage_backend = Backend::Weka;
-        sa.weka_bin = storage_dir.path().join("weka").display().to_string();
+        sa.weka_bin = flaky.display().to_string();
         let storage = Arc::new(CommandStorage::new(Arc::new(Local), sa).unwrap());
 
         let smtpd = Smtpd::start().await;
@@ -288,8 +297,31 @@ impl Harness {
         o.stdout.lines().map(|l| l.split('|').map(str::to_string).collect()).collect()
     }
 
-    pub fn team_account(&self) -> SlurmAccount {
-        SlurmAccount::parse(&self.team).unwrap()
+    /// The next storage command fails (exit 1, not retryable).
+    pub fn fail_storage_once(&self) {
+        std::fs::write(self.storage_dir.path().join("fail-next"), "").unwrap();
+    }
+
+    /// Enqueues a job and waits until it succeeds; a failed job is retried as a person would
+    /// (once). Returns the job id and how many times it was retried.
+    pub async fn run_to_success(&self, job: onramp::engine::NewJob) -> (i64, u32) {
+        let id = self.engine.enqueue(&[job]).await.unwrap()[0].id;
+        let mut retried = 0;
+        loop {
+            let j = crate::common::eventually(Duration::from_secs(90), "the job to end", || async {
+                let j = self.engine.job(id).await.unwrap();
+                matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled").then_some(j)
+            })
+            .await;
+            match j.state.as_str() {
+                "succeeded" => return (id, retried),
+                "failed" if retried < 3 => {
+                    retried += 1;
+                    self.engine.retry(id, &onramp::engine::Actor::cli("test")).await.unwrap();
+                }
+                other => panic!("job {id} is {other}: {:?}", j.last_error),
+            }
+        }
     }
 }
 

@@ -96,3 +96,104 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
         h.k8s.requests()
     );
 }
+
+/// Runs of `step` in job `id` that ended in an error (retry or failure).
+async fn failed_runs(h: &Harness, id: i64, step: &str) -> Vec<String> {
+    h.engine
+        .step_runs(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.step == step && r.error.is_some())
+        .map(|r| r.error.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failure_at_each_onboarding_step_converges_without_repeating_effects() {
+    use crate::fake_k8s::Fault;
+    use axum::http::Method;
+    let _one = CAROL.lock().await;
+    let h = Harness::start(short()).await;
+    h.ensure_tenant_accounts().await;
+    h.add_carol(true);
+    h.sync_key();
+
+    // First run: preflight's read fails; the `add user` happens but its answer is lost (the
+    // effect is there, the step does not know): the retry finds it; the `mv` of $HOME fails.
+    h.k8s.fault(Method::GET, "slurmctld-1/exec", Fault::Status(500, None));
+    h.k8s.fault(Method::GET, "command=add", Fault::DropExec);
+    h.k8s.fault(Method::GET, "command=mv", Fault::Status(500, None));
+    let (first, _) = h.run_to_success(onboard_job(&h)).await;
+    assert!(!failed_runs(&h, first, "preflight").await.is_empty());
+    assert!(!failed_runs(&h, first, "slurm_association").await.is_empty());
+    assert!(!failed_runs(&h, first, "home_directory").await.is_empty());
+    let o = outputs(&h, first).await;
+    assert_eq!(o["notify"]["sent"], true);
+
+    // The user works in $HOME; nothing below may touch it.
+    let home = h.root.path().join("home").join(UNIX_USER);
+    std::fs::write(home.join("results.txt"), "mine\n").unwrap();
+    std::fs::write(home.join(".bashrc"), "# my own\n").unwrap();
+    let mut runs = 1;
+
+    // One failure per run, each at another step; every run converges.
+    type Arm = Box<dyn Fn(&Harness)>;
+    let cases: Vec<(&str, Arm)> = vec![
+        ("resolve_user", Box::new(|h| h.ak.lock().unwrap().fail_next.extend([(503, None), (503, None), (503, None)]))),
+        ("key_in_secret", Box::new(|h| h.k8s.fault(Method::GET, "authorized-keys", Fault::Status(500, None)))),
+        ("home_quota", Box::new(|h| h.fail_storage_once())),
+        ("key_projected", Box::new(|h| h.k8s.fault(Method::GET, "command=cat", Fault::Status(500, None)))),
+        ("smoke_test", Box::new(|h| h.k8s.fault(Method::GET, "command=runuser", Fault::Status(500, None)))),
+    ];
+    for (step, arm) in &cases {
+        arm(&h);
+        let (id, _) = h.run_to_success(onboard_job(&h)).await;
+        runs += 1;
+        assert!(!failed_runs(&h, id, step).await.is_empty(), "no failure was injected at {step}");
+        let o = outputs(&h, id).await;
+        assert_eq!(o["slurm_association"]["created"], json!([]), "{step}: {o}");
+        assert_eq!(o["home_directory"]["created"], false, "{step}: {o}");
+    }
+
+    // The key is not projected in the login pod: wait, rollout restart, wait, then the runbook's
+    // diagnosis; once kubelet projects it, a retry converges.
+    std::fs::remove_file(h.root.path().join("keys").join(UNIX_USER)).unwrap();
+    let id = h.engine.enqueue(&[onboard_job(&h)]).await.unwrap()[0].id;
+    let failed = wait_state(&h.engine, id, "failed", T).await;
+    let why = failed.last_error.unwrap_or_default();
+    assert!(why.contains("not projected in the login pod even after a rollout restart"), "{why}");
+    assert!(
+        h.k8s
+            .requests()
+            .iter()
+            .any(|(m, u)| m == Method::PATCH && u.contains(&format!("/namespaces/{}/deployments/login", h.tenant))),
+        "rollout restart: {:?}",
+        h.k8s.requests()
+    );
+    std::fs::write(h.root.path().join("keys").join(UNIX_USER), format!("{KEY}\n")).unwrap();
+    h.engine.retry(id, &Actor::cli("test")).await.unwrap();
+    wait_state(&h.engine, id, "succeeded", T).await;
+    assert_eq!(outputs(&h, id).await["login_restart"]["restarted"], true);
+    runs += 1;
+
+    // No effect was repeated: one association, $HOME untouched, one e-mail per successful run.
+    let rows = carol_rows(&h, &h.assocs().await);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(std::fs::read_to_string(home.join("results.txt")).unwrap(), "mine\n");
+    assert_eq!(std::fs::read_to_string(home.join(".bashrc")).unwrap(), "# my own\n");
+    let mails = eventually(Duration::from_secs(10), "one e-mail per run", || {
+        let m = h.mails();
+        async move { (m.len() >= runs).then_some(m) }
+    })
+    .await;
+    assert_eq!(mails.len(), runs);
+
+    // The notification last: the SMTP server is gone; the onboarding stays done, the failure recorded.
+    let mut h = h;
+    h.smtpd.child.kill().await.unwrap();
+    let (id, _) = h.run_to_success(onboard_job(&h)).await;
+    let o = outputs(&h, id).await;
+    assert_eq!(o["notify"]["sent"], false, "{o}");
+    assert_eq!(failed_runs(&h, id, "notify").await.len(), 3);
+}
