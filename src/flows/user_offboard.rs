@@ -120,7 +120,8 @@ impl Flow for UserOffboard {
 async fn drain(b: &Backends, scope: &JobScope, input: &Input, ctx: &StepCtx) -> Transition {
     let jobs = step_try!(b.slurm.jobs(scope).await, "list the user's jobs");
     if jobs.is_empty() {
-        return Transition::Done(json!({ "drained": true, "hard_cutoff": false }));
+        let cutoff = input.hard_cutoff || ctx.approved();
+        return Transition::Done(json!({ "drained": true, "hard_cutoff": cutoff, "approved_by": ctx.approved_by }));
     }
     if input.hard_cutoff || ctx.approved() {
         let c = step_try!(b.slurm.cancel_all(scope).await, "cancel all jobs (hard cutoff)");
@@ -128,7 +129,8 @@ async fn drain(b: &Backends, scope: &JobScope, input: &Input, ctx: &StepCtx) -> 
             return Transition::Done(json!({ "drained": true, "hard_cutoff": true, "cancelled": c.cancelled,
                                             "approved_by": ctx.approved_by }));
         }
-        return Transition::Retry(format!("{} job(s) still ending after scancel", c.remaining.len()));
+        // Cancelled jobs take a moment to end: look again (a wait, not a failed attempt).
+        return Transition::Wait(b.timings.drain_poll);
     }
     if ctx.poll_expired() {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
@@ -227,5 +229,37 @@ pub fn require_archived(ctx: &StepCtx) -> Result<(), String> {
             if snap.is_some() { "done" } else { "missing" },
             if archive.is_some() { "done" } else { "missing" }
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(outputs: serde_json::Value) -> StepCtx {
+        StepCtx {
+            job_id: 1,
+            kind: USER_OFFBOARD.into(),
+            subject: "t/u".into(),
+            input: json!({}),
+            outputs: outputs.as_object().cloned().unwrap_or_default(),
+            step: "delete",
+            step_index: 8,
+            attempt: 1,
+            waited: false,
+            poll_deadline: None,
+            approved_by: None,
+            cancel: Default::default(),
+        }
+    }
+
+    #[test]
+    fn delete_is_refused_without_this_jobs_snapshot_and_archive() {
+        let e = require_archived(&ctx(json!({}))).unwrap_err();
+        assert!(e.contains("refused") && e.contains("snapshot: missing, archive: missing"), "{e}");
+        let e = require_archived(&ctx(json!({ "snapshot_home": { "snapshot": "offboard-u-20261130" } }))).unwrap_err();
+        assert!(e.contains("archive: missing"), "{e}");
+        let both = json!({ "snapshot_home": { "snapshot": "s" }, "archive": { "directory": "/a" } });
+        assert!(require_archived(&ctx(both)).is_ok());
     }
 }

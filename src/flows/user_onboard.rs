@@ -15,7 +15,7 @@ use crate::k8s::keys::KeyState;
 use crate::k8s::login::HomeOutcome;
 use crate::names::{SlurmAccount, TenantName, Username};
 use crate::notify::{Onboarding, Recipient};
-use crate::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use crate::reconcile::USER_ONBOARD;
 use crate::sshkey::PublicKey;
 use crate::step_try;
 use crate::storage::{Quota, Target};
@@ -270,7 +270,8 @@ async fn association(b: &Backends, n: &Names) -> Transition {
         return Transition::Retry(format!("Slurm does not show {}'s association with {}", n.user, n.account));
     };
     let mut unblocked = false;
-    if assoc.is_blocked() {
+    // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
+    if assoc.is_blocked() || assoc.max_submit_jobs == crate::slurm::Limit::At(0) {
         step_try!(b.slurm.unblock_user(&n.user, &limits).await, "lift the offboarding block");
         unblocked = true;
     }
@@ -361,24 +362,4 @@ async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
         Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
         Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
     }
-}
-
-/// Cancels open offboardings of this user in this tenant (a re-added user is restored instead).
-pub async fn cancel_offboarding(b: &Backends, tenant: &str, user: &str, why: &str) -> Vec<i64> {
-    let Some(engine) = b.engine() else { return vec![] };
-    let filter = crate::engine::JobFilter {
-        kind: Some(USER_OFFBOARD.into()),
-        subject: Some(format!("{tenant}/{user}")),
-        limit: 20,
-        ..Default::default()
-    };
-    let mut cancelled = vec![];
-    for j in engine.list(&filter).await.unwrap_or_default() {
-        if !matches!(j.state.as_str(), "succeeded" | "cancelled")
-            && engine.cancel(j.id, &crate::engine::Actor::reconciler(), Some(why)).await.is_ok()
-        {
-            cancelled.push(j.id);
-        }
-    }
-    cancelled
 }

@@ -153,7 +153,9 @@ impl Harness {
             HostPath::parse(&format!("{r}/archive")).unwrap(),
             "login.example".into(),
         );
+        // slurmdbd writes the archive as the slurm user.
         std::fs::create_dir_all(root.path().join("archive")).unwrap();
+        let _ = std::process::Command::new("chown").arg("slurm").arg(root.path().join("archive")).status();
 
         // The webhook, the reconciler (reading the real associations) and the flows.
         let reconciler = Reconciler::new(
@@ -297,6 +299,40 @@ impl Harness {
         o.stdout.lines().map(|l| l.split('|').map(str::to_string).collect()).collect()
     }
 
+    /// Carol's jobs submitted with sbatch as her: the job id, or sbatch's refusal.
+    pub fn sbatch(&self, extra: &[&str]) -> Result<String, String> {
+        let o = std::process::Command::new("runuser")
+            .args(["-u", UNIX_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "--time=10"])
+            .arg(format!("--account={}", self.team))
+            .args(extra)
+            .args(["--wrap", "sleep 300"])
+            .output()
+            .unwrap();
+        if o.status.success() {
+            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
+        }
+    }
+
+    /// `squeue` of carol's jobs: (id, state).
+    pub fn squeue(&self) -> Vec<(String, String)> {
+        let o = std::process::Command::new("squeue").args(["-h", "-u", UNIX_USER, "-o", "%i|%T"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    /// Moves carol out of (or back into) the tenant group.
+    pub fn set_member(&self, member: bool, active: bool) {
+        let mut st = self.ak.lock().unwrap();
+        let u = st.users.get_mut(&PK).unwrap();
+        u.groups = if member { vec![self.group.clone()] } else { vec![] };
+        u.is_active = active;
+    }
+
     /// The next storage command fails (exit 1, not retryable).
     pub fn fail_storage_once(&self) {
         std::fs::write(self.storage_dir.path().join("fail-next"), "").unwrap();
@@ -337,6 +373,7 @@ impl Drop for Harness {
         for a in [&self.team, &self.account] {
             run(&["scancel", &format!("--account={a}")]);
         }
+        run(&["scancel", "-u", UNIX_USER]);
         run(&[
             "sacctmgr",
             "-i",

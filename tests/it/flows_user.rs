@@ -197,3 +197,119 @@ async fn a_failure_at_each_onboarding_step_converges_without_repeating_effects()
     assert_eq!(o["notify"]["sent"], false, "{o}");
     assert_eq!(failed_runs(&h, id, "notify").await.len(), 3);
 }
+
+fn offboard_job(h: &Harness) -> NewJob {
+    NewJob::new(
+        USER_OFFBOARD,
+        &format!("{}/{UNIX_USER}", h.tenant),
+        json!({ "tenant": h.tenant, "account": h.team, "username": UNIX_USER, "reason": "left the group" }),
+        Actor::cli("test"),
+    )
+}
+
+async fn onboarded(h: &Harness) {
+    h.ensure_tenant_accounts().await;
+    h.add_carol(true);
+    h.sync_key();
+    h.run_to_success(onboard_job(h)).await;
+}
+
+#[tokio::test]
+async fn offboarding_blocks_cancels_drains_keeps_archives_then_deletes() {
+    let _one = CAROL.lock().await;
+    let _node = crate::slurm::NODE.lock().await;
+    let h = Harness::start(short()).await;
+    onboarded(&h).await;
+    let running = h.sbatch(&[]).unwrap();
+    let pending = h.sbatch(&["--begin=now+3600"]).unwrap();
+    eventually(Duration::from_secs(30), "the first job to run", || async {
+        h.squeue().iter().any(|(id, st)| *id == running && st == "RUNNING").then_some(())
+    })
+    .await;
+
+    h.set_member(false, true);
+    let id = h.engine.enqueue(&[offboard_job(&h)]).await.unwrap()[0].id;
+    // Block and cancel pending: the running job survives while draining; nothing new is accepted.
+    eventually(T, "the drain to poll", || async {
+        let j = h.engine.job(id).await.unwrap();
+        (j.step == "drain").then_some(())
+    })
+    .await;
+    let q = h.squeue();
+    assert!(q.iter().any(|(i, s)| *i == running && s == "RUNNING"), "{q:?}");
+    assert!(!q.iter().any(|(i, _)| *i == pending), "the pending job is cancelled: {q:?}");
+    let refused = h.sbatch(&[]).unwrap_err();
+    assert!(refused.contains("limit") || refused.contains("Job violates"), "{refused}");
+    let o = h.engine.job(id).await.unwrap().outputs;
+    assert_eq!(o["cancel_pending"]["cancelled"], json!([pending]), "{o}");
+
+    // After the drain deadline: a hard cutoff needs a person.
+    let j = wait_state(&h.engine, id, "needs_approval", T).await;
+    let why = j.last_error.unwrap_or_default();
+    assert!(why.contains(&running) && why.contains("hard cutoff"), "{why}");
+    assert!(h.squeue().iter().any(|(i, _)| *i == running), "still running until approved");
+    h.engine.approve(id, &Actor::cli("ops")).await.unwrap();
+    let done = eventually(T, "the offboarding to end", || async {
+        let j = h.engine.job(id).await.unwrap();
+        matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)
+    })
+    .await;
+    assert_eq!(done.state, "succeeded", "{:?} at {}: {}", done.last_error, done.step, done.outputs);
+    assert!(h.squeue().is_empty(), "{:?}", h.squeue());
+
+    let o = &done.outputs;
+    assert_eq!(o["drain"]["hard_cutoff"], true, "{o}");
+    assert_eq!(o["disable_login"]["authentik"], "deactivated", "{o}");
+    assert!(!h.ak.lock().unwrap().users[&PK].is_active);
+    let today = time::OffsetDateTime::now_utc().date();
+    let snap = format!("offboard-{UNIX_USER}-{:04}{:02}{:02}", today.year(), u8::from(today.month()), today.day());
+    assert_eq!(o["snapshot_home"]["snapshot"], snap.as_str(), "{o}");
+    assert!(o["archive"]["message"].as_str().unwrap().contains("SUCCESS"), "{o}");
+    assert_eq!(o["delete"]["deleted"], true, "{o}");
+    // In this order, with the retention timer between the disable and the snapshot.
+    let runs = h.engine.step_runs(id).await.unwrap();
+    let order: Vec<&str> = runs.iter().map(|r| r.step.as_str()).fold(vec![], |mut v, s| {
+        if v.last() != Some(&s) {
+            v.push(s);
+        }
+        v
+    });
+    assert_eq!(order, onramp::flows::user_offboard::STEPS.to_vec());
+    assert!(h.storage_calls().iter().any(|c| c.join(" ").contains(&snap)), "{:?}", h.storage_calls());
+    assert!(carol_rows(&h, &h.assocs().await).is_empty(), "the association is deleted");
+    let mails = h.mails();
+    assert!(mails.iter().any(|m| m.contains("has ended")), "{mails:?}");
+}
+
+#[tokio::test]
+async fn a_user_re_added_during_retention_is_restored() {
+    let _one = CAROL.lock().await;
+    let mut t = short();
+    t.retention = Duration::from_secs(3600);
+    let h = Harness::start(t).await;
+    onboarded(&h).await;
+    h.set_member(false, true);
+    let off = h.engine.enqueue(&[offboard_job(&h)]).await.unwrap()[0].id;
+    eventually(T, "the retention timer", || async {
+        let j = h.engine.job(off).await.unwrap();
+        (j.step == "retention" && j.state == "waiting").then_some(())
+    })
+    .await;
+    assert!(h.sbatch(&["--test-only"]).is_err(), "blocked while retained");
+
+    // Re-added (and reactivated) in Authentik; the webhook says the user changed.
+    h.set_member(true, true);
+    assert_eq!(h.post_user_event().await.status().as_u16(), 202);
+    wait_state(&h.engine, off, "cancelled", T).await;
+    let on = eventually(T, "the restoring onboarding", || async {
+        let j = h.jobs(USER_ONBOARD).await;
+        (j.len() == 2).then(|| j[1].0)
+    })
+    .await;
+    let j = wait_state(&h.engine, on, "succeeded", T).await;
+    assert_eq!(j.outputs["slurm_association"]["unblocked"], true, "{}", j.outputs);
+    let rows = carol_rows(&h, &h.assocs().await);
+    assert_eq!((rows.len(), rows[0][2].as_str(), rows[0][4].as_str()), (1, "20", ""), "{rows:?}");
+    assert!(h.sbatch(&["--test-only"]).is_ok(), "can submit again");
+    assert!(h.storage_calls().iter().all(|c| !c.join(" ").contains("snapshot")), "nothing was archived");
+}
