@@ -156,6 +156,10 @@ pub struct ServeArgs {
     pub storage: crate::storage::StorageArgs,
     #[command(flatten, next_help_heading = "Notifications")]
     pub notify: crate::notify::NotifyArgs,
+    #[command(flatten, next_help_heading = "Slurm")]
+    pub slurm: SlurmArgs,
+    #[command(flatten, next_help_heading = "Flows")]
+    pub flows: crate::flows::settings::FlowArgs,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when

@@ -3,6 +3,7 @@
 pub mod backends;
 pub mod reconcile;
 pub mod selftest;
+pub mod settings;
 pub mod specs;
 pub mod user_offboard;
 pub mod user_onboard;
@@ -21,6 +22,28 @@ pub fn registry() -> Registry {
 /// Adds the user and tenant flows, acting on `backends`.
 pub fn with_backends(registry: Registry, backends: Arc<Backends>) -> Registry {
     registry.with(user_onboard::UserOnboard(backends.clone())).with(user_offboard::UserOffboard(backends))
+}
+
+/// Registers the user flows' kinds without backends, for a process that only enqueues (the API
+/// role): its jobs are run by worker processes, which have the backends.
+pub fn with_kinds_only(registry: Registry) -> Registry {
+    registry
+        .with(KindOnly(crate::reconcile::USER_ONBOARD, &user_onboard::STEPS))
+        .with(KindOnly(crate::reconcile::USER_OFFBOARD, &user_offboard::STEPS))
+}
+
+struct KindOnly(&'static str, &'static [&'static str]);
+
+impl crate::engine::Flow for KindOnly {
+    fn kind(&self) -> &'static str {
+        self.0
+    }
+    fn steps(&self) -> &'static [&'static str] {
+        self.1
+    }
+    fn run<'a>(&'a self, _: usize, _: &'a crate::engine::StepCtx) -> crate::engine::StepFuture<'a> {
+        Box::pin(async { crate::engine::Transition::Retry("this process has no backends for this flow".into()) })
+    }
 }
 
 /// Adds the reconcile flows (they need Authentik, the tenant registry and the cluster).
