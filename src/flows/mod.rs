@@ -5,6 +5,7 @@ pub mod reconcile;
 pub mod selftest;
 pub mod settings;
 pub mod specs;
+pub mod tenant;
 pub mod user_offboard;
 pub mod user_onboard;
 
@@ -21,7 +22,11 @@ pub fn registry() -> Registry {
 
 /// Adds the user and tenant flows, acting on `backends`.
 pub fn with_backends(registry: Registry, backends: Arc<Backends>) -> Registry {
-    registry.with(user_onboard::UserOnboard(backends.clone())).with(user_offboard::UserOffboard(backends))
+    registry
+        .with(user_onboard::UserOnboard(backends.clone()))
+        .with(user_offboard::UserOffboard(backends.clone()))
+        .with(tenant::TenantOnboard(backends.clone()))
+        .with(tenant::TenantOffboard(backends))
 }
 
 /// Registers the user flows' kinds without backends, for a process that only enqueues (the API
@@ -30,6 +35,8 @@ pub fn with_kinds_only(registry: Registry) -> Registry {
     registry
         .with(KindOnly(crate::reconcile::USER_ONBOARD, &user_onboard::STEPS))
         .with(KindOnly(crate::reconcile::USER_OFFBOARD, &user_offboard::STEPS))
+        .with(KindOnly(tenant::TENANT_ONBOARD, &tenant::ONBOARD_STEPS))
+        .with(KindOnly(tenant::TENANT_OFFBOARD, &tenant::OFFBOARD_STEPS))
 }
 
 struct KindOnly(&'static str, &'static [&'static str]);

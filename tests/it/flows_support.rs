@@ -14,7 +14,7 @@ use onramp::flows::{Backends, Timings};
 use onramp::intake::setup::IntakeSetup;
 use onramp::intake::{SigningSecret, WebhookAuth};
 use onramp::k8s::Kubernetes;
-use onramp::names::{ClusterName, TenantName, Username};
+use onramp::names::ClusterName;
 use onramp::notify::{Email, Notifier, NotifyArgs};
 use onramp::reconcile::{Brake, Reconciler, SacctmgrAssociations};
 use onramp::slurm::{HostPath, Slurm, SlurmCli};
@@ -38,7 +38,8 @@ pub const PK: i64 = 3; // uid/gid 5003 with offset 5000
 pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl carol@laptop";
 
 pub struct Harness {
-    pub db: TestDb,
+    /// Kept for its lifetime (dropped with the harness).
+    pub _db: TestDb,
     pub engine: Engine,
     pub backends: Arc<Backends>,
     pub ak: Fake,
@@ -192,7 +193,7 @@ impl Harness {
         cfg.poll_interval = Duration::from_millis(100);
         let worker = Some(TestWorker::start(&engine, cfg));
         Self {
-            db,
+            _db: db,
             engine,
             backends,
             ak,
@@ -209,14 +210,6 @@ impl Harness {
             stop,
             worker,
         }
-    }
-
-    pub fn tenant_name(&self) -> TenantName {
-        TenantName::parse(&self.tenant).unwrap()
-    }
-
-    pub fn user(&self) -> Username {
-        Username::parse(UNIX_USER).unwrap()
     }
 
     /// The tenant's accounts in Slurm as the registry says (what tenant onboarding makes).

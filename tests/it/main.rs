@@ -8,6 +8,7 @@ mod engine_mechanics;
 mod engine_processes;
 mod fake_k8s;
 mod flows_support;
+mod flows_tenant;
 mod flows_user;
 mod http_api;
 mod http_matrix;
