@@ -49,6 +49,25 @@ pub fn job(kind: &'static str, tenant: &str, actor: crate::engine::Actor) -> New
         .dedupe(format!("{kind}:{tenant}"))
 }
 
+/// `onramp tenant onboard|offboard T`: checks the tenant against the registry and enqueues its job.
+pub async fn enqueue_cli(args: crate::cli::TenantArgs) -> anyhow::Result<()> {
+    use crate::cli::TenantAction;
+    let registry = crate::tenants::TenantRegistry::load(&args.tenants)?;
+    let (kind, tenant, hard_cutoff) = match &args.action {
+        TenantAction::Onboard { tenant } => (TENANT_ONBOARD, tenant, false),
+        TenantAction::Offboard { tenant, hard_cutoff } => (TENANT_OFFBOARD, tenant, *hard_cutoff),
+    };
+    anyhow::ensure!(registry.tenant(tenant).is_some(), "tenant {tenant:?} is not in the tenant registry");
+    let pool = crate::db::connect(&args.db.database_url, 2).await?;
+    let engine = crate::engine::Engine::new(pool, super::with_kinds_only(super::registry()));
+    let actor = crate::engine::Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
+    let mut j = job(kind, tenant, actor);
+    j.input["hard_cutoff"] = json!(hard_cutoff);
+    let e = engine.enqueue(&[j]).await?[0];
+    println!("{} {kind} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
+    Ok(())
+}
+
 macro_rules! tri {
     ($e:expr) => {
         match $e {
