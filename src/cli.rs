@@ -52,6 +52,8 @@ pub enum Command {
     /// Reconcile Authentik against the cluster now: enqueue a reconcile job (all tenants, one
     /// tenant or one user) for the workers of `onramp serve`.
     Reconcile(ReconcileArgs),
+    /// Onboard or offboard a whole tenant of the registry: enqueue the job for the workers.
+    Tenant(TenantArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
     Doctor(DoctorArgs),
@@ -155,6 +157,10 @@ pub struct ServeArgs {
     pub storage: crate::storage::StorageArgs,
     #[command(flatten, next_help_heading = "Notifications")]
     pub notify: crate::notify::NotifyArgs,
+    #[command(flatten, next_help_heading = "Slurm")]
+    pub slurm: SlurmArgs,
+    #[command(flatten, next_help_heading = "Flows")]
+    pub flows: crate::flows::settings::FlowArgs,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
@@ -246,6 +252,30 @@ pub struct ReconcileArgs {
     /// Wait until the job has finished and print its decision.
     #[arg(long)]
     pub wait: bool,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TenantArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Tenant registry (YAML): the tenant must be in it.
+    #[arg(long, env = "ONRAMP_TENANTS", value_name = "PATH")]
+    pub tenants: PathBuf,
+    #[command(subcommand)]
+    pub action: TenantAction,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum TenantAction {
+    /// Accounts with limits, NetworkPolicy, scratch quota, then the group's members.
+    Onboard { tenant: String },
+    /// Block, cancel, drain, archive, release, keep for the retention period, delete.
+    Offboard {
+        tenant: String,
+        /// Cancel running jobs at once instead of draining them (no approval asked).
+        #[arg(long)]
+        hard_cutoff: bool,
+    },
 }
 
 #[derive(Clone, Debug, Args)]

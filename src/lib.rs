@@ -60,6 +60,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Jobs(a) => admin::jobs(a).await,
             Command::Token(a) => admin::tokens(a).await,
             Command::Reconcile(a) => admin::reconcile(a).await,
+            Command::Tenant(a) => flows::tenant::enqueue_cli(a).await,
             Command::Doctor(a) => return admin::doctor(a).await,
         };
         done.map(|()| ExitCode::SUCCESS)

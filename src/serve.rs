@@ -23,11 +23,33 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)"
         );
     }
+    let backends = match &setup {
+        Some(s) if args.role != Role::Api => match backends(&args, s).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                // The process still serves the API and the reconcile flows; onboarding and
+                // offboarding jobs wait for a worker that has its backends.
+                tracing::warn!(error = format!("{e:#}"), "user flows are not run by this process");
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut registry = flows::registry();
+    if let Some(b) = &backends {
+        registry = flows::with_backends(registry, b.clone());
+    } else if setup.is_some() {
+        // The API only enqueues these kinds; workers run them. Register them so enqueues are accepted.
+        registry = flows::with_kinds_only(registry);
+    }
     let registry = match &setup {
-        Some(s) => s.registry(flows::registry()),
-        None => flows::registry(),
+        Some(s) => s.registry(registry),
+        None => registry,
     };
     let engine = Engine::new(pool, registry);
+    if let Some(b) = &backends {
+        b.attach(&engine);
+    }
     let listener =
         match args.role {
             Role::Worker => None,
@@ -37,6 +59,41 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
     run(engine, listener, worker, setup, shutdown_on_signal()).await
+}
+
+/// The backends the user and tenant flows act on, built from the settings: Kubernetes (and
+/// through it the slurmctld and login pods), Slurm, storage, notifications, Authentik.
+async fn backends(args: &ServeArgs, setup: &IntakeSetup) -> anyhow::Result<Arc<flows::Backends>> {
+    use crate::names::ClusterName;
+    let k8s = crate::k8s::K8s::connect(args.k8s.clone()).await.context("Kubernetes (ONRAMP_KUBECONFIG)")?;
+    let kube: Arc<dyn crate::k8s::Kubernetes> = Arc::new(k8s.clone());
+    let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
+    let slurm = crate::slurm::SlurmCli::new(kube.slurmctld(), cluster).with_timeout(args.slurm.slurm_timeout);
+    let transport = args.storage.storage_run_in.transport(Some(&k8s)).map_err(anyhow::Error::msg)?;
+    let storage = crate::storage::CommandStorage::new(transport, args.storage.clone()).context("storage settings")?;
+    let notifier: Option<Arc<dyn crate::notify::Notifier>> =
+        match crate::notify::Email::from_settings(&args.notify).context("ONRAMP_SMTP_URL")? {
+            Some(e) => Some(Arc::new(e)),
+            None => match &args.notify.slack_webhook_url {
+                Some(url) => Some(Arc::new(
+                    crate::notify::Slack::new(url.clone(), args.notify.notify_timeout).context("Slack webhook")?,
+                )),
+                None => None,
+            },
+        };
+    let archive = crate::slurm::HostPath::parse(&args.flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?;
+    Ok(flows::Backends::new(
+        Arc::new(slurm),
+        kube,
+        args.k8s.clone(),
+        Arc::new(storage),
+        notifier,
+        setup.reconciler.authentik.clone(),
+        setup.tenants.clone(),
+        args.flows.timings(),
+        archive,
+        args.notify.login_address.clone(),
+    ))
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {

@@ -176,7 +176,12 @@ impl Flow for ReconcileUser {
                 Ok(a) => a,
                 Err(e) => return retry_or_give_up(ctx, e.to_string()),
             };
-            let (actions, reason) = plan::plan_user(&r.tenants, user.as_ref(), &username, &actual);
+            let (mut actions, reason) = plan::plan_user(&r.tenants, user.as_ref(), &username, &actual);
+            let restored =
+                match restore_readded(r, user.as_ref(), &username, &actual, &mut actions).await {
+                    Ok(v) => v,
+                    Err(e) => return retry_or_give_up(ctx, e),
+                };
             let decision = match actions.iter().map(|a| a.op).collect::<Vec<_>>().as_slice() {
                 [] => "nothing",
                 ops if ops.iter().all(|o| *o == Op::Onboard) => "onboard",
@@ -185,12 +190,70 @@ impl Flow for ReconcileUser {
             };
             match enqueue(r, &actions, &input.cause).await {
                 Ok(jobs) => Transition::Done(
-                    json!({ "decision": decision, "username": username, "reason": reason, "jobs": jobs }),
+                    json!({ "decision": decision, "username": username, "reason": reason, "jobs": jobs,
+                            "cancelled_offboardings": restored }),
                 ),
                 Err(e) => retry_or_give_up(ctx, e),
             }
         })
     }
+}
+
+/// A user who is an active member again while an offboarding of theirs is still open (blocked,
+/// in its retention period): the offboarding is cancelled and an onboarding enqueued instead
+/// (it converges the association and lifts the block). Returns the cancelled job ids.
+async fn restore_readded(
+    r: &Reconciler,
+    user: Option<&crate::authentik::User>,
+    username: &Username,
+    actual: &[(SlurmAccount, Username)],
+    actions: &mut Vec<Action>,
+) -> Result<Vec<i64>, String> {
+    let (Some(u), Some(engine)) = (user.filter(|u| u.is_active), r.engine()) else {
+        return Ok(vec![]);
+    };
+    let Ok(m) = plan::member(&r.tenants, u) else {
+        return Ok(vec![]);
+    };
+    let mut cancelled = vec![];
+    for (tenant, account) in r.tenants.placements(&u.group_names()) {
+        if !actual.contains(&(account.clone(), username.clone())) {
+            continue; // no association: the plan onboards them anyway
+        }
+        let filter = crate::engine::JobFilter {
+            kind: Some(USER_OFFBOARD.into()),
+            subject: Some(format!("{tenant}/{username}")),
+            limit: 20,
+            ..Default::default()
+        };
+        let open: Vec<i64> = engine
+            .list(&filter)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|j| !matches!(j.state.as_str(), "succeeded" | "cancelled"))
+            .map(|j| j.id)
+            .collect();
+        if open.is_empty() {
+            continue;
+        }
+        for id in open {
+            let why = "the user is an active member again: restored instead of offboarded";
+            match engine.cancel(id, &Actor::reconciler(), Some(why)).await {
+                Ok(_) => cancelled.push(id),
+                Err(e) => tracing::warn!(job = id, error = %e, "could not cancel a superseded offboarding"),
+            }
+        }
+        actions.push(Action {
+            op: Op::Onboard,
+            tenant: tenant.clone(),
+            account: account.clone(),
+            username: username.clone(),
+            member: Some(m.clone()),
+            reason: format!("re-added while offboarding under {account}: restore"),
+        });
+    }
+    Ok(cancelled)
 }
 
 #[derive(Debug, Default, Deserialize)]

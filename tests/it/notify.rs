@@ -73,14 +73,14 @@ async fn slack_webhook_gets_the_message() {
     assert!(e.is_retryable() && !format!("{e:?}").contains("secret-token"), "{e:?}");
 }
 
-struct Smtpd {
-    child: tokio::process::Child,
-    port: u16,
+pub struct Smtpd {
+    pub child: tokio::process::Child,
+    pub port: u16,
     maildir: tempfile::TempDir,
 }
 
 impl Smtpd {
-    async fn start() -> Self {
+    pub async fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let maildir = tempfile::tempdir().unwrap();
         let child = tokio::process::Command::new("python3")
@@ -98,7 +98,7 @@ impl Smtpd {
         Self { child, port, maildir }
     }
 
-    fn messages(&self) -> Vec<String> {
+    pub fn messages(&self) -> Vec<String> {
         let dir = self.maildir.path().join("mail/new");
         std::fs::read_dir(dir)
             .map(|d| d.map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()).collect())

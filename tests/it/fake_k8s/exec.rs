@@ -21,12 +21,12 @@ pub(super) async fn exec(
     uri: Uri,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let path = uri.path().to_string();
     for verb in ["get", "create"] {
         let access = Access { verb: verb.into(), resource: "pods/exec".into(), namespace: Some(ns.clone()) };
         inner.lock().unwrap().log.push((Method::GET, uri.to_string(), access));
     }
-    let fault = take_fault(&inner, &Method::GET, &path);
+    // Faults match the path with its query, so a test can aim at one command (`command=mv`).
+    let fault = take_fault(&inner, &Method::GET, &uri.to_string());
     let drop_mid_stream = matches!(fault, Some(Fault::DropExec));
     if let Some(r) = apply_fault(fault).await {
         return r;

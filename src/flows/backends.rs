@@ -1,0 +1,180 @@
+//! What the user and tenant flows act on: one handle per external system (each a trait object,
+//! so a dry run or a test can stand in), the tenant registry, and the timings of the runbook's
+//! waits (configurable, so tests shorten them on the same code path).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::authentik::{AuthentikClient, AuthentikError};
+use crate::engine::{Engine, Transition};
+use crate::k8s::login::{LoginError, LoginPod};
+use crate::k8s::{K8sArgs, K8sError, Kubernetes};
+use crate::names::TenantName;
+use crate::notify::Notifier;
+use crate::slurm::{HostPath, Slurm, SlurmError};
+use crate::storage::{Storage, StorageError};
+use crate::tenants::{Tenant, TenantRegistry};
+
+/// The runbook's waits and deadlines.
+#[derive(Clone, Debug)]
+pub struct Timings {
+    /// How often to look for the user's key in the tenant's Secret.
+    pub key_poll: Duration,
+    /// How long the key may take to appear in the Secret before the job fails.
+    pub key_deadline: Duration,
+    /// The Secret-propagation wait (the runbook's 60 s), a durable timer.
+    pub propagation: Duration,
+    /// The wait after a login rollout restart before checking the key again.
+    pub restart_wait: Duration,
+    /// How often to look at a draining user's or tenant's running jobs.
+    pub drain_poll: Duration,
+    /// How long running jobs may drain before a hard cutoff needs approval.
+    pub drain_deadline: Duration,
+    /// How long a departed user's or tenant's data is kept before deletion (30 days).
+    pub retention: Duration,
+    /// The first retry delay of a failed step (doubling up to two minutes).
+    pub retry_initial: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            key_poll: Duration::from_secs(10),
+            key_deadline: Duration::from_secs(15 * 60),
+            propagation: Duration::from_secs(60),
+            restart_wait: Duration::from_secs(60),
+            drain_poll: Duration::from_secs(5 * 60),
+            drain_deadline: Duration::from_secs(7 * 24 * 3600),
+            retention: Duration::from_secs(30 * 24 * 3600),
+            retry_initial: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Everything the user and tenant flows need.
+pub struct Backends {
+    pub slurm: Arc<dyn Slurm>,
+    pub k8s: Arc<dyn Kubernetes>,
+    /// Names and paths on the login pods (home root, skel, run-as, smoke gres) and `manage_keys`.
+    pub k8s_settings: K8sArgs,
+    pub storage: Arc<dyn Storage>,
+    /// `None`: nobody is notified (recorded in the step's output).
+    pub notifier: Option<Arc<dyn Notifier>>,
+    pub authentik: AuthentikClient,
+    pub tenants: Arc<TenantRegistry>,
+    pub timings: Timings,
+    /// Where `sacctmgr archive dump` writes, on the Slurm host.
+    pub archive_dir: HostPath,
+    /// How long one command in a login pod may take.
+    pub command_timeout: Duration,
+    /// The login address users are told to SSH to.
+    pub login_address: String,
+    engine: OnceLock<Engine>,
+}
+
+impl Backends {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        slurm: Arc<dyn Slurm>,
+        k8s: Arc<dyn Kubernetes>,
+        k8s_settings: K8sArgs,
+        storage: Arc<dyn Storage>,
+        notifier: Option<Arc<dyn Notifier>>,
+        authentik: AuthentikClient,
+        tenants: Arc<TenantRegistry>,
+        timings: Timings,
+        archive_dir: HostPath,
+        login_address: String,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            slurm,
+            k8s,
+            k8s_settings,
+            storage,
+            notifier,
+            authentik,
+            tenants,
+            timings,
+            archive_dir,
+            command_timeout: Duration::from_secs(120),
+            login_address,
+            engine: OnceLock::new(),
+        })
+    }
+
+    /// Gives the flows the engine (to cancel a superseded offboarding). Call once.
+    pub fn attach(&self, engine: &Engine) {
+        let _ = self.engine.set(engine.clone());
+    }
+
+    pub fn engine(&self) -> Option<&Engine> {
+        self.engine.get()
+    }
+
+    pub fn tenant(&self, name: &str) -> Result<&Tenant, Transition> {
+        self.tenants
+            .tenant(name)
+            .ok_or_else(|| Transition::Fail(format!("tenant {name:?} is not in the tenant registry")))
+    }
+
+    /// The retry policy of the user and tenant flows' steps.
+    pub fn policy(&self, max_attempts: u32) -> crate::engine::RetryPolicy {
+        crate::engine::RetryPolicy {
+            max_attempts,
+            initial_delay: self.timings.retry_initial,
+            max_delay: Duration::from_secs(120),
+            factor: 2.0,
+            timeout: Duration::from_secs(600),
+        }
+    }
+
+    pub fn login(&self, tenant: &TenantName) -> LoginPod {
+        LoginPod::new(self.k8s.login(tenant), self.k8s_settings.clone(), self.command_timeout)
+    }
+}
+
+/// A backend error as the engine's transition: retryable errors retry, the rest fail the job.
+pub trait IntoTransition {
+    fn transition(self, what: &str) -> Transition;
+}
+
+fn classify(retry: bool, msg: String) -> Transition {
+    if retry { Transition::Retry(msg) } else { Transition::Fail(msg) }
+}
+
+impl IntoTransition for SlurmError {
+    fn transition(self, what: &str) -> Transition {
+        classify(self.is_retryable(), format!("{what}: {self}"))
+    }
+}
+impl IntoTransition for K8sError {
+    fn transition(self, what: &str) -> Transition {
+        classify(self.is_retryable(), format!("{what}: {self}"))
+    }
+}
+impl IntoTransition for LoginError {
+    fn transition(self, what: &str) -> Transition {
+        classify(self.is_retryable(), format!("{what}: {self}"))
+    }
+}
+impl IntoTransition for StorageError {
+    fn transition(self, what: &str) -> Transition {
+        classify(self.is_retryable(), format!("{what}: {self}"))
+    }
+}
+impl IntoTransition for AuthentikError {
+    fn transition(self, what: &str) -> Transition {
+        classify(self.is_transient(), format!("{what}: {self}"))
+    }
+}
+
+/// `?` for steps: the error's transition.
+#[macro_export]
+macro_rules! step_try {
+    ($e:expr, $what:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return $crate::flows::backends::IntoTransition::transition(e, $what),
+        }
+    };
+}

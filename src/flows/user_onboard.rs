@@ -1,0 +1,365 @@
+//! `user.onboard`: the runbook's "Onboarding flow: new user", one step per runbook step. Each
+//! step is idempotent, reads its effect back, and returns what it found and did as its output
+//! (the job's step history). Input: what the reconciler enqueues (`tenant`, `account`,
+//! `username`, and when known `pk`, `uid_number`, `gid_number`).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::backends::Backends;
+use super::specs;
+use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
+use crate::k8s::keys::KeyState;
+use crate::k8s::login::HomeOutcome;
+use crate::names::{SlurmAccount, TenantName, Username};
+use crate::notify::{Onboarding, Recipient};
+use crate::reconcile::USER_ONBOARD;
+use crate::sshkey::PublicKey;
+use crate::step_try;
+use crate::storage::{Quota, Target};
+
+pub const STEPS: [&str; 11] = [
+    "preflight",
+    "resolve_user",
+    "key_in_secret",
+    "propagation_wait",
+    "slurm_association",
+    "home_quota",
+    "home_directory",
+    "key_projected",
+    "login_restart",
+    "smoke_test",
+    "notify",
+];
+
+/// The job's input, as `flows::reconcile::job_for` writes it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Input {
+    pub tenant: String,
+    pub account: String,
+    pub username: String,
+    #[serde(default)]
+    pub pk: Option<i64>,
+    #[serde(default)]
+    pub uid_number: Option<u32>,
+    #[serde(default)]
+    pub gid_number: Option<u32>,
+}
+
+/// What `resolve_user` found in Authentik, used by the later steps.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Resolved {
+    pub pk: i64,
+    pub uid: u32,
+    pub gid: u32,
+    pub email: String,
+    pub key: String,
+    pub fingerprint: String,
+}
+
+pub struct UserOnboard(pub Arc<Backends>);
+
+/// Checked names of the input.
+pub(crate) struct Names {
+    pub tenant: TenantName,
+    pub account: SlurmAccount,
+    pub user: Username,
+}
+
+pub(crate) fn names(tenant: &str, account: &str, user: &str) -> Result<Names, Transition> {
+    let bad = |e: crate::names::NameError| Transition::Fail(format!("job input: {e}"));
+    Ok(Names {
+        tenant: TenantName::parse(tenant).map_err(bad)?,
+        account: SlurmAccount::parse(account).map_err(bad)?,
+        user: Username::parse(user).map_err(bad)?,
+    })
+}
+
+fn earlier<T: for<'de> Deserialize<'de>>(ctx: &StepCtx, step: &str) -> Result<T, Transition> {
+    let v = ctx.output(step).cloned().unwrap_or(Value::Null);
+    serde_json::from_value(v).map_err(|e| Transition::Fail(format!("output of step {step} unreadable: {e}")))
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(t) => return t,
+        }
+    };
+}
+
+impl Flow for UserOnboard {
+    fn kind(&self) -> &'static str {
+        USER_ONBOARD
+    }
+    fn steps(&self) -> &'static [&'static str] {
+        &STEPS
+    }
+    fn policy(&self, step: usize) -> RetryPolicy {
+        match STEPS[step] {
+            // A notification gives up after fewer tries; its failure never undoes the flow.
+            "notify" => self.0.policy(4),
+            _ => self.0.policy(8),
+        }
+    }
+    fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
+        Box::pin(async move {
+            let input: Input = tri!(ctx.input());
+            let n = tri!(names(&input.tenant, &input.account, &input.username));
+            let b = &*self.0;
+            match STEPS[step] {
+                "preflight" => preflight(b, &n).await,
+                "resolve_user" => resolve(b, &n, &input).await,
+                "key_in_secret" => key_in_secret(b, &n, ctx).await,
+                "propagation_wait" => {
+                    if ctx.waited {
+                        Transition::Done(json!({ "waited_secs": b.timings.propagation.as_secs_f64() }))
+                    } else {
+                        Transition::Wait(b.timings.propagation)
+                    }
+                }
+                "slurm_association" => association(b, &n).await,
+                "home_quota" => home_quota(b, &n).await,
+                "home_directory" => {
+                    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+                    let out = step_try!(b.login(&n.tenant).ensure_home(&n.user, r.uid, r.gid).await, "create $HOME");
+                    let home = b.login(&n.tenant).home(&n.user);
+                    Transition::Done(json!({ "home": home, "created": out == HomeOutcome::Created,
+                                             "owner": format!("{}:{}", r.uid, r.gid) }))
+                }
+                "key_projected" => key_projected(b, &n, ctx).await,
+                "login_restart" => login_restart(b, &n, ctx).await,
+                "smoke_test" => smoke(b, &n, ctx).await,
+                "notify" => notify(b, &n, ctx).await,
+                other => Transition::Fail(format!("unknown step {other}")),
+            }
+        })
+    }
+}
+
+/// Runbook step 0: the tenant account and the user's team account exist, with the registry's limits.
+async fn preflight(b: &Backends, n: &Names) -> Transition {
+    let tenant = tri!(b.tenant(n.tenant.as_str()));
+    if !tenant.accounts().contains(&n.account) {
+        return Transition::Fail(format!("account {} is not one of tenant {}'s accounts", n.account, n.tenant));
+    }
+    let spec = tri!(specs::tenant_spec(tenant).map_err(Transition::Fail));
+    let accounts = [tenant.account.clone(), n.account.clone()];
+    let assocs = step_try!(b.slurm.associations(&accounts).await, "read the tenant's accounts");
+    let find = |a: &SlurmAccount| assocs.iter().find(|x| x.user.is_empty() && x.account == a.as_str());
+    let mut problems = vec![];
+    let Some(top) = find(&tenant.account) else {
+        return Transition::Fail(format!(
+            "tenant account {} does not exist in Slurm: onboard the tenant first (tenant.onboard)",
+            tenant.account
+        ));
+    };
+    if find(&n.account).is_none() {
+        return Transition::Fail(format!(
+            "team account {} does not exist in Slurm: onboard the tenant first (tenant.onboard)",
+            n.account
+        ));
+    }
+    let want = &spec.account.limits;
+    if let Some(f) = want.fairshare
+        && f != top.fairshare
+    {
+        problems.push(format!("Fairshare is {:?}, the registry says {:?}", top.fairshare, f));
+    }
+    if let Some(j) = want.grp_jobs
+        && j != top.grp_jobs
+    {
+        problems.push(format!("GrpJobs is {}, the registry says {j}", top.grp_jobs));
+    }
+    if let Some(t) = &want.grp_tres
+        && t != &top.grp_tres
+    {
+        problems.push(format!("GrpTRES is {}, the registry says {t}", top.grp_tres));
+    }
+    if !problems.is_empty() {
+        return Transition::Fail(format!(
+            "tenant account {} does not have the registry's limits ({}): run tenant.onboard to converge them",
+            tenant.account,
+            problems.join("; ")
+        ));
+    }
+    Transition::Done(json!({ "tenant_account": tenant.account, "account": n.account,
+                             "fairshare": top.fairshare, "grp_jobs": top.grp_jobs, "grp_tres": top.grp_tres.to_string() }))
+}
+
+/// Runbook step 1: the user in Authentik is active, in the tenant's group, with uid/gid and a key.
+async fn resolve(b: &Backends, n: &Names, input: &Input) -> Transition {
+    let tenant = tri!(b.tenant(n.tenant.as_str()));
+    let user = match input.pk {
+        Some(pk) => step_try!(b.authentik.user(pk).await, "read the user from Authentik"),
+        None => step_try!(b.authentik.user_by_username(n.user.as_str()).await, "read the user from Authentik"),
+    };
+    if user.username != n.user.as_str() {
+        return Transition::Fail(format!(
+            "Authentik user {} is now named {:?}, not {}",
+            user.pk, user.username, n.user
+        ));
+    }
+    if !user.is_active {
+        return Transition::Fail(format!("{} is deactivated in Authentik", n.user));
+    }
+    let groups = user.group_names();
+    if !tenant.placement(&groups).contains(&n.account) {
+        return Transition::Fail(format!(
+            "{} is no longer a member of {} placing them in {} (groups: {groups:?})",
+            n.user, tenant.group, n.account
+        ));
+    }
+    let (uid, gid) = b.tenants.posix_ids(user.pk, &user.attributes);
+    let keys = user.ssh_keys();
+    let Some(key) = keys.iter().find_map(|k| PublicKey::parse(k).ok()) else {
+        return Transition::Fail(format!(
+            "{} has no usable SSH public key in Authentik (attributes.sshPublicKey); ask them to add one",
+            n.user
+        ));
+    };
+    let r = Resolved {
+        pk: user.pk,
+        uid,
+        gid,
+        email: user.email.clone(),
+        key: key.to_line(),
+        fingerprint: key.fingerprint(),
+    };
+    Transition::Done(serde_json::to_value(r).unwrap_or_default())
+}
+
+/// Runbook step 2: the key is in the tenant's Secret (written when onramp manages keys).
+async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+    let mut wrote = false;
+    if b.k8s_settings.manage_keys {
+        let applied = step_try!(b.k8s.put_key(&n.tenant, &n.user, &key).await, "write the key into the Secret");
+        wrote = applied == crate::k8s::keys::Applied::Changed;
+    }
+    let state = step_try!(b.k8s.key_state(&n.tenant, &n.user, &key).await, "read the tenant's key Secret");
+    match state {
+        KeyState::Matches => Transition::Done(json!({ "secret": crate::k8s::keys::secret_name(&n.tenant),
+                                                     "fingerprint": r.fingerprint, "written": wrote })),
+        other if ctx.poll_expired() => Transition::Fail(format!(
+            "the key {} of {} did not appear in Secret {} in time ({other:?}): is the Authentik→Secret sync running?",
+            r.fingerprint,
+            n.user,
+            crate::k8s::keys::secret_name(&n.tenant)
+        )),
+        _ => Transition::Poll { every: b.timings.key_poll, for_at_most: b.timings.key_deadline },
+    }
+}
+
+/// Runbook step 3: the association with the tenant's user defaults (through the batch call).
+/// An association left blocked by an earlier offboarding is unblocked.
+async fn association(b: &Backends, n: &Names) -> Transition {
+    let tenant = tri!(b.tenant(n.tenant.as_str()));
+    let limits = tri!(specs::user_limits(tenant).map_err(Transition::Fail));
+    let users = [n.user.clone()];
+    let ensured = step_try!(b.slurm.add_users(&n.account, &users, true, &limits).await, "add the Slurm user");
+    let state = step_try!(b.slurm.user(&n.user).await, "read the Slurm user back");
+    let Some(state) = state else {
+        return Transition::Retry(format!("Slurm does not show user {} after adding it", n.user));
+    };
+    let Some(assoc) = state.assocs.iter().find(|a| a.account == n.account.as_str()) else {
+        return Transition::Retry(format!("Slurm does not show {}'s association with {}", n.user, n.account));
+    };
+    let mut unblocked = false;
+    // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
+    if assoc.is_blocked() || assoc.max_submit_jobs == crate::slurm::Limit::At(0) {
+        step_try!(b.slurm.unblock_user(&n.user, &limits).await, "lift the offboarding block");
+        unblocked = true;
+    }
+    Transition::Done(json!({ "account": n.account, "created": ensured.created, "changed": ensured.changed,
+                             "unblocked": unblocked, "max_jobs": assoc.max_jobs, "qos": assoc.qos,
+                             "default_account": state.default_account }))
+}
+
+/// Runbook step 4: the `$HOME` quota from the tenant's registry entry.
+async fn home_quota(b: &Backends, n: &Names) -> Transition {
+    let tenant = tri!(b.tenant(n.tenant.as_str()));
+    let Some(q) = &tenant.quotas.home else {
+        return Transition::Done(json!({ "skipped": "the tenant has no home quota" }));
+    };
+    let quota = tri!(Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("home quota: {e}"))));
+    step_try!(b.storage.set_quota(&Target::Home(n.user.clone()), quota).await, "set the $HOME quota");
+    Transition::Done(json!({ "hard": q.hard, "soft": q.soft }))
+}
+
+/// After the propagation wait: is the key in the login pod? Not yet: wait once more, then the
+/// next step restarts the login Deployment.
+async fn key_projected(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+    let state = step_try!(b.login(&n.tenant).key_projected(&n.user, &key).await, "read the key in the login pod");
+    match state {
+        KeyState::Matches => Transition::Done(json!({ "projected": true })),
+        _ if !ctx.waited => Transition::Wait(b.timings.propagation),
+        other => Transition::Done(json!({ "projected": false, "found": format!("{other:?}") })),
+    }
+}
+
+/// The runbook's remedy for "claims success but user can't log in": rollout restart the login
+/// Deployment, wait, check again; then fail with the diagnosis.
+async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+    if ctx.output("key_projected").and_then(|o| o["projected"].as_bool()) == Some(true) {
+        return Transition::Done(json!({ "restarted": false }));
+    }
+    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    if !ctx.waited {
+        step_try!(b.k8s.restart_login(&n.tenant).await, "rollout restart the login Deployment");
+        return Transition::Wait(b.timings.restart_wait);
+    }
+    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+    match step_try!(b.login(&n.tenant).key_projected(&n.user, &key).await, "read the key in the login pod") {
+        KeyState::Matches => Transition::Done(json!({ "restarted": true })),
+        other => Transition::Fail(format!(
+            "the key {} of {} is in Secret {} but not projected in the login pod even after a rollout restart ({other:?}): \
+             check the Secret's mount at {} on the login pod (race between the Secret and kubelet projecting it)",
+            r.fingerprint,
+            n.user,
+            crate::k8s::keys::secret_name(&n.tenant),
+            b.k8s_settings.authorized_keys_dir
+        )),
+    }
+}
+
+/// Runbook step 6: as the user, uid/gid match, `sbatch --test-only` succeeds, association visible.
+async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    let rep = step_try!(b.login(&n.tenant).smoke_test(&n.user, &n.account, r.uid, r.gid).await, "smoke test");
+    let problems = rep.problems();
+    if !problems.is_empty() {
+        return Transition::Fail(format!("smoke test as {} failed: {}", n.user, problems.join("; ")));
+    }
+    Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
+                             "accounts": rep.accounts }))
+}
+
+/// Runbook step 7. A failure here is recorded, never undoes or blocks the onboarding.
+async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+    let Some(notifier) = &b.notifier else {
+        return Transition::Done(json!({ "sent": false, "why": "no notification channel is configured" }));
+    };
+    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+    let msg = Onboarding {
+        user: n.user.clone(),
+        tenant: n.tenant.clone(),
+        account: n.account.clone(),
+        login_address: b.login_address.clone(),
+        key,
+    }
+    .message();
+    let to = Recipient { user: n.user.clone(), email: (!r.email.is_empty()).then(|| r.email.clone()) };
+    match notifier.send(&to, &msg).await {
+        Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject })),
+        Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
+        Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
+    }
+}

@@ -1,0 +1,382 @@
+//! The user and tenant flows against the real test Slurm cluster (through the fake Kubernetes
+//! API's slurmctld exec), the fake Kubernetes API (key Secret, login pod running argv here), the
+//! fake storage CLI, a real SMTP server, the fake Authentik and the webhook, all in one harness.
+//! Names are unique per test; each harness deletes the Slurm accounts it made.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onramp::engine::{Engine, Registry, WorkerStats};
+use onramp::exec::{Command, Local, Transport};
+use onramp::flows::{Backends, Timings};
+use onramp::intake::setup::IntakeSetup;
+use onramp::intake::{SigningSecret, WebhookAuth};
+use onramp::k8s::Kubernetes;
+use onramp::names::ClusterName;
+use onramp::notify::{Email, Notifier, NotifyArgs};
+use onramp::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use onramp::slurm::{HostPath, Slurm, SlurmCli};
+use onramp::storage::{Backend, CommandStorage, StorageArgs};
+use onramp::tenants::TenantRegistry;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{TestDb, TestWorker};
+use crate::fake_k8s::FakeK8s;
+use crate::intake_support::{self, Fake, FakeUser, WHSEC};
+use crate::notify::Smtpd;
+
+/// The flows tests share the unix user onramp-carol (blocking a user blocks all their
+/// associations): one at a time.
+pub static CAROL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub const UNIX_USER: &str = "onramp-carol";
+pub const PK: i64 = 3; // uid/gid 5003 with offset 5000
+pub const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl carol@laptop";
+
+pub struct Harness {
+    /// Kept for its lifetime (dropped with the harness).
+    pub _db: TestDb,
+    pub engine: Engine,
+    pub backends: Arc<Backends>,
+    pub ak: Fake,
+    pub k8s: FakeK8s,
+    pub smtpd: Smtpd,
+    pub root: tempfile::TempDir,
+    pub storage_dir: tempfile::TempDir,
+    pub tenant: String,
+    pub account: String,
+    pub team: String,
+    pub group: String,
+    pub webhook: String,
+    pub http: reqwest::Client,
+    pub stop: CancellationToken,
+    pub worker: Option<TestWorker>,
+}
+
+pub fn short() -> Timings {
+    Timings {
+        key_poll: Duration::from_millis(100),
+        key_deadline: Duration::from_secs(5),
+        propagation: Duration::from_millis(300),
+        restart_wait: Duration::from_millis(200),
+        drain_poll: Duration::from_millis(200),
+        drain_deadline: Duration::from_secs(3),
+        retention: Duration::from_secs(1),
+        retry_initial: Duration::from_millis(100),
+    }
+}
+
+fn uniq() -> String {
+    format!("fl{:06x}", fastrand::u32(..0xff_ffff))
+}
+
+impl Harness {
+    pub async fn start(timings: Timings) -> Self {
+        crate::slurm::cluster_up();
+        let db = TestDb::new().await;
+        let (ak, ak_url) = intake_support::fake_authentik().await;
+        let id = uniq();
+        let (tenant, account, team) = (id.clone(), format!("{id}-acct"), format!("{id}-ml"));
+        let group = format!("{id}-users");
+        ak.lock().unwrap().groups.extend([group.clone(), format!("{id}-ml")]);
+        let tenants = format!(
+            "uid_offset: 5000\ngid_offset: 5000\ntenants:\n  - name: {tenant}\n    group: {group}\n    account: {account}\n    \
+             limits: {{ fairshare: 300, grp_jobs: 200 }}\n    \
+             user_defaults: {{ default_qos: normal, qos: [normal], max_jobs: 20 }}\n    \
+             quotas: {{ home: {{ path: /home, soft: 90GB, hard: 100GB }}, scratch: {{ path: /tenant/{tenant}/scratch, soft: 45TB, hard: 50TB }} }}\n    \
+             default_team: {team}\n    teams:\n      - {{ account: {team}, group: {id}-ml, fairshare: 200 }}\n"
+        );
+        let registry = Arc::new(TenantRegistry::parse(&tenants, "test").unwrap());
+
+        // Kubernetes: slurmctld (runs the real sacctmgr here), the tenant's login pod and Deployment.
+        let k8s = FakeK8s::start().await;
+        let app = json!({"app": "slurmctld"});
+        k8s.deployment("slurm-control", "slurmctld", app.clone());
+        k8s.pod("slurm-control", "slurmctld-1", app, true);
+        k8s.pod(&tenant, "login-0", json!({"app": "login"}), true);
+        k8s.deployment(&tenant, "login", json!({"app": "login"}));
+        let root = tempfile::Builder::new().prefix("onramp-flows-").tempdir().unwrap();
+        for d in ["home", "skel", "keys"] {
+            std::fs::create_dir_all(root.path().join(d)).unwrap();
+        }
+        std::fs::write(root.path().join("skel/.bashrc"), "# skel\n").unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let r = root.path().display().to_string();
+        let client = crate::k8s_support::client(&k8s, |a| {
+            a.k8s_timeout = Duration::from_secs(10);
+            a.home_root = format!("{r}/home");
+            a.skel_dir = format!("{r}/skel");
+            a.authorized_keys_dir = format!("{r}/keys");
+            a.login_run_as = "runuser -u {user} --".into();
+            a.smoke_gres = String::new();
+        });
+        let kube: Arc<dyn Kubernetes> = Arc::new(client.clone());
+        let slurm: Arc<dyn Slurm> =
+            Arc::new(SlurmCli::new(kube.slurmctld(), ClusterName::parse("production").unwrap()));
+
+        // Storage: the fake weka.
+        let storage_dir = tempfile::Builder::new().prefix("onramp-flows-storage-").tempdir().unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
+        std::os::unix::fs::symlink(script, storage_dir.path().join("weka")).unwrap();
+        // `weka-flaky`: fails once when the test has put a `fail-next` file beside it.
+        let flaky = storage_dir.path().join("weka-flaky");
+        std::fs::write(
+            &flaky,
+            "#!/bin/sh\nd=$(dirname \"$0\")\nif [ -e \"$d/fail-next\" ]; then rm -f \"$d/fail-next\"; \
+             echo 'error: injected failure' >&2; exit 1; fi\nexec \"$d/weka\" \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut sa = StorageArgs::defaults();
+        sa.storage_backend = Backend::Weka;
+        sa.weka_bin = flaky.display().to_string();
+        let storage = Arc::new(CommandStorage::new(Arc::new(Local), sa).unwrap());
+
+        let smtpd = Smtpd::start().await;
+        let mut na = NotifyArgs::defaults();
+        na.smtp_url = Some(onramp::config::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
+        na.mail_from = "onramp <onramp@cluster.example>".into();
+        let email: Arc<dyn Notifier> = Arc::new(Email::from_settings(&na).unwrap().unwrap());
+
+        let backends = Backends::new(
+            slurm,
+            kube,
+            client.settings().clone(),
+            storage,
+            Some(email),
+            intake_support::client(&ak_url),
+            registry.clone(),
+            timings,
+            HostPath::parse(&format!("{r}/archive")).unwrap(),
+            "login.example".into(),
+        );
+        // slurmdbd writes the archive as the slurm user.
+        std::fs::create_dir_all(root.path().join("archive")).unwrap();
+        let _ = std::process::Command::new("chown").arg("slurm").arg(root.path().join("archive")).status();
+
+        // The webhook, the reconciler (reading the real associations) and the flows.
+        let reconciler = Reconciler::new(
+            intake_support::client(&ak_url),
+            registry.clone(),
+            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: Duration::from_secs(30) }),
+            Brake::default(),
+        );
+        let setup = IntakeSetup {
+            reconciler,
+            tenants: registry,
+            auth: WebhookAuth {
+                signing_secrets: vec![WHSEC.parse::<SigningSecret>().unwrap()],
+                bearer_tokens: vec![],
+                tolerance: Duration::from_secs(300),
+            },
+            settle: Duration::ZERO,
+            max_body: 1 << 20,
+            writers: 1,
+            batch: 16,
+            reconcile_interval: Duration::ZERO,
+        };
+        let reg = setup.registry(onramp::flows::with_backends(Registry::new(), backends.clone()));
+        let engine = Engine::new(db.pool.clone(), reg);
+        backends.attach(&engine);
+        let intake = setup.start(&engine);
+        let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
+        state.intake = Some(intake);
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(onramp::http::serve(l, state, stop.clone()));
+        let mut cfg = crate::common::worker_config("flows", Duration::from_secs(30));
+        cfg.poll_interval = Duration::from_millis(100);
+        let worker = Some(TestWorker::start(&engine, cfg));
+        Self {
+            _db: db,
+            engine,
+            backends,
+            ak,
+            k8s,
+            smtpd,
+            root,
+            storage_dir,
+            tenant,
+            account,
+            team,
+            group,
+            webhook: format!("http://{addr}/webhooks/authentik"),
+            http: reqwest::Client::new(),
+            stop,
+            worker,
+        }
+    }
+
+    /// The tenant's accounts in Slurm as the registry says (what tenant onboarding makes).
+    pub async fn ensure_tenant_accounts(&self) {
+        let t = self.backends.tenants.tenant(&self.tenant).unwrap();
+        let spec = onramp::flows::specs::tenant_spec(t).unwrap();
+        self.backends.slurm.ensure_tenant(&spec).await.unwrap();
+    }
+
+    /// Carol in Authentik: active, in the tenant group, with her key and numbers.
+    pub fn add_carol(&self, active: bool) {
+        let mut u = FakeUser::new(PK, UNIX_USER, &[&self.group]);
+        u.is_active = active;
+        u.attributes = json!({ "sshPublicKey": KEY });
+        self.ak.lock().unwrap().users.insert(PK, u);
+    }
+
+    /// The key as the Authentik→Secret sync writes it, and as kubelet projects it into the pod.
+    pub fn sync_key(&self) {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{KEY}\n"));
+        let name = format!("{}-authorized-keys", self.tenant);
+        self.k8s.put(
+            &format!("/api/v1/namespaces/{}/secrets/{name}", self.tenant),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.tenant},
+                   "data": { UNIX_USER: b64 }}),
+        );
+        std::fs::write(self.root.path().join("keys").join(UNIX_USER), format!("{KEY}\n")).unwrap();
+    }
+
+    pub async fn post_user_event(&self) -> reqwest::Response {
+        let body = intake_support::structured(
+            &uuid::Uuid::new_v4().simple().to_string(),
+            "model_updated",
+            intake_support::user_model(PK),
+            None,
+        );
+        let raw = serde_json::to_vec(&body).unwrap();
+        let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        let ts = intake_support::now();
+        let key: SigningSecret = WHSEC.parse().unwrap();
+        self.http
+            .post(&self.webhook)
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", key.sign(&id, ts, &raw))
+            .body(raw)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Jobs of a kind: (id, state, input).
+    pub async fn jobs(&self, kind: &str) -> Vec<(i64, String, Value)> {
+        sqlx::query_as("select id, state, input from jobs where kind = $1 order by id")
+            .bind(kind)
+            .fetch_all(self.engine.pool())
+            .await
+            .unwrap()
+    }
+
+    /// The e-mails the SMTP server received.
+    pub fn mails(&self) -> Vec<String> {
+        self.smtpd.messages()
+    }
+
+    pub fn storage_calls(&self) -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(self.storage_dir.path().join("calls.jsonl")).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// `sacctmgr show assoc` rows of the tenant's accounts: (account, user, maxjobs, grpjobs, maxsubmit).
+    pub async fn assocs(&self) -> Vec<Vec<String>> {
+        let cmd = Command::new("sacctmgr")
+            .args(["-n", "-P", "show", "assoc"])
+            .arg(format!("account={},{}", self.account, self.team))
+            .arg("format=account,user,maxjobs,grpjobs,maxsubmitjobs,qos,fairshare");
+        let o = Local.run(&cmd, Duration::from_secs(30)).await.unwrap();
+        o.stdout.lines().map(|l| l.split('|').map(str::to_string).collect()).collect()
+    }
+
+    /// Carol's jobs submitted with sbatch as her: the job id, or sbatch's refusal.
+    pub fn sbatch(&self, extra: &[&str]) -> Result<String, String> {
+        let o = std::process::Command::new("runuser")
+            .args(["-u", UNIX_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "--time=10"])
+            .arg(format!("--account={}", self.team))
+            .args(extra)
+            .args(["--wrap", "sleep 300"])
+            .output()
+            .unwrap();
+        if o.status.success() {
+            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
+        }
+    }
+
+    /// `squeue` of carol's jobs: (id, state).
+    pub fn squeue(&self) -> Vec<(String, String)> {
+        let o = std::process::Command::new("squeue").args(["-h", "-u", UNIX_USER, "-o", "%i|%T"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    /// Moves carol out of (or back into) the tenant group.
+    pub fn set_member(&self, member: bool, active: bool) {
+        let mut st = self.ak.lock().unwrap();
+        let u = st.users.get_mut(&PK).unwrap();
+        u.groups = if member { vec![self.group.clone()] } else { vec![] };
+        u.is_active = active;
+    }
+
+    /// The next storage command fails (exit 1, not retryable).
+    pub fn fail_storage_once(&self) {
+        std::fs::write(self.storage_dir.path().join("fail-next"), "").unwrap();
+    }
+
+    /// Enqueues a job and waits until it succeeds; a failed job is retried as a person would
+    /// (once). Returns the job id and how many times it was retried.
+    pub async fn run_to_success(&self, job: onramp::engine::NewJob) -> (i64, u32) {
+        let id = self.engine.enqueue(&[job]).await.unwrap()[0].id;
+        let mut retried = 0;
+        loop {
+            let j = crate::common::eventually(Duration::from_secs(90), "the job to end", || async {
+                let j = self.engine.job(id).await.unwrap();
+                matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled").then_some(j)
+            })
+            .await;
+            match j.state.as_str() {
+                "succeeded" => return (id, retried),
+                "failed" if retried < 3 => {
+                    retried += 1;
+                    self.engine.retry(id, &onramp::engine::Actor::cli("test")).await.unwrap();
+                }
+                other => panic!("job {id} is {other}: {:?}", j.last_error),
+            }
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(w) = &self.worker {
+            w.stop.cancel();
+        }
+        let run = |args: &[&str]| {
+            let _ = std::process::Command::new(args[0]).args(&args[1..]).output();
+        };
+        for a in [&self.team, &self.account] {
+            run(&["scancel", &format!("--account={a}")]);
+        }
+        run(&["scancel", "-u", UNIX_USER]);
+        run(&[
+            "sacctmgr",
+            "-i",
+            "delete",
+            "user",
+            "where",
+            &format!("name={UNIX_USER}"),
+            &format!("account={}", self.team),
+        ]);
+        run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.team)]);
+        run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.account)]);
+    }
+}
