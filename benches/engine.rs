@@ -11,18 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onramp::engine::{
-    Actor, Engine, Flow, NewJob, Registry, StepCtx, StepFuture, Transition, WorkerConfig,
-    WorkerStats,
+    Actor, Engine, Flow, NewJob, Registry, StepCtx, StepFuture, Transition, WorkerConfig, WorkerStats,
 };
 use serde_json::json;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// One step that does nothing, or notes when it started (for latency).
@@ -39,43 +35,25 @@ impl Flow for Noop {
     }
     fn run<'a>(&'a self, _: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
         if ctx.input.get("t").is_some() {
-            self.starts
-                .lock()
-                .unwrap()
-                .push((ctx.job_id, Instant::now()));
+            self.starts.lock().unwrap().push((ctx.job_id, Instant::now()));
         }
         Box::pin(async { Transition::Done(serde_json::Value::Null) })
     }
 }
 
 async fn fresh_db(admin: &str, name: &str) -> (String, PgPool) {
-    let mut c = PgConnection::connect(admin)
-        .await
-        .expect("BENCH_PG reachable");
-    sqlx::query(&format!("drop database if exists {name} with (force)"))
-        .execute(&mut c)
-        .await
-        .unwrap();
-    sqlx::query(&format!("create database {name}"))
-        .execute(&mut c)
-        .await
-        .unwrap();
+    let mut c = PgConnection::connect(admin).await.expect("BENCH_PG reachable");
+    sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut c).await.unwrap();
+    sqlx::query(&format!("create database {name}")).execute(&mut c).await.unwrap();
     let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(16)
-        .connect(&url)
-        .await
-        .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(&url).await.unwrap();
     onramp::db::migrate(&pool).await.unwrap();
     (url, pool)
 }
 
 async fn drop_db(admin: &str, name: &str) {
     let mut c = PgConnection::connect(admin).await.unwrap();
-    sqlx::query(&format!("drop database if exists {name} with (force)"))
-        .execute(&mut c)
-        .await
-        .unwrap();
+    sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut c).await.unwrap();
 }
 
 fn config(id: &str, concurrency: usize) -> WorkerConfig {
@@ -98,21 +76,14 @@ fn start_workers(
         .map(|i| {
             let (e, s) = (engine.clone(), stop.clone());
             let cfg = config(&format!("bench-{i}"), concurrency);
-            tokio::spawn(async move {
-                e.run_worker(cfg, Arc::new(WorkerStats::default()), s)
-                    .await
-                    .unwrap()
-            })
+            tokio::spawn(async move { e.run_worker(cfg, Arc::new(WorkerStats::default()), s).await.unwrap() })
         })
         .collect();
     (stop, handles)
 }
 
 async fn count_open(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(pool).await.unwrap()
 }
 
 async fn throughput(admin: &str) {
@@ -120,22 +91,9 @@ async fn throughput(admin: &str) {
     let workers: usize = env("BENCH_WORKERS", 2);
     let concurrency: usize = env("BENCH_CONCURRENCY", 256);
     let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;
-    let engine = Engine::new(
-        pool.clone(),
-        Registry::new().with(Noop {
-            starts: Arc::default(),
-        }),
-    );
-    let batch: Vec<NewJob> = (0..1000)
-        .map(|i| {
-            NewJob::new(
-                "bench.noop",
-                &format!("s/{i}"),
-                json!({}),
-                Actor::cli("bench"),
-            )
-        })
-        .collect();
+    let engine = Engine::new(pool.clone(), Registry::new().with(Noop { starts: Arc::default() }));
+    let batch: Vec<NewJob> =
+        (0..1000).map(|i| NewJob::new("bench.noop", &format!("s/{i}"), json!({}), Actor::cli("bench"))).collect();
     for _ in 0..jobs / 1000 {
         engine.enqueue(&batch).await.unwrap();
     }
@@ -163,12 +121,7 @@ async fn latency(admin: &str) {
     let seconds: u64 = env("BENCH_SECONDS", 10);
     let (_, pool) = fresh_db(admin, "onramp_bench_latency").await;
     let starts = Arc::new(Mutex::new(Vec::new()));
-    let engine = Engine::new(
-        pool.clone(),
-        Registry::new().with(Noop {
-            starts: starts.clone(),
-        }),
-    );
+    let engine = Engine::new(pool.clone(), Registry::new().with(Noop { starts: starts.clone() }));
     let (stop, handles) = start_workers(&engine, 1, 32);
     tokio::time::sleep(Duration::from_millis(300)).await; // let the worker LISTEN before measuring
     let mut enqueued = Vec::new();
@@ -176,12 +129,7 @@ async fn latency(admin: &str) {
     for i in 0..rate * seconds {
         tick.tick().await;
         let t = Instant::now();
-        let job = NewJob::new(
-            "bench.noop",
-            &format!("s/{i}"),
-            json!({"t": 1}),
-            Actor::cli("bench"),
-        );
+        let job = NewJob::new("bench.noop", &format!("s/{i}"), json!({"t": 1}), Actor::cli("bench"));
         let id = engine.enqueue(&[job]).await.unwrap()[0].id;
         enqueued.push((id, t));
     }
@@ -192,12 +140,8 @@ async fn latency(admin: &str) {
     for h in handles {
         h.await.unwrap();
     }
-    let starts: std::collections::HashMap<i64, Instant> =
-        starts.lock().unwrap().iter().copied().collect();
-    let mut ms: Vec<f64> = enqueued
-        .iter()
-        .map(|(id, t)| (starts[id] - *t).as_secs_f64() * 1000.0)
-        .collect();
+    let starts: std::collections::HashMap<i64, Instant> = starts.lock().unwrap().iter().copied().collect();
+    let mut ms: Vec<f64> = enqueued.iter().map(|(id, t)| (starts[id] - *t).as_secs_f64() * 1000.0).collect();
     ms.sort_by(f64::total_cmp);
     let pct = |p: f64| ms[((ms.len() as f64 * p) as usize).min(ms.len() - 1)];
     println!(
@@ -215,15 +159,7 @@ async fn recovery(admin: &str) {
     let exe = std::env::var("BENCH_ONRAMP").unwrap_or_else(|_| "target/release/onramp".into());
     let spawn = |id: &str| {
         tokio::process::Command::new(&exe)
-            .args([
-                "serve",
-                "--role",
-                "worker",
-                "--worker-id",
-                id,
-                "--lease",
-                lease,
-            ])
+            .args(["serve", "--role", "worker", "--worker-id", id, "--lease", lease])
             .env("DATABASE_URL", &url)
             .env("ONRAMP_LOG", "error")
             .kill_on_drop(true)
@@ -231,12 +167,7 @@ async fn recovery(admin: &str) {
             .unwrap_or_else(|e| panic!("{exe}: {e} (build it: cargo build --release)"))
     };
     let mut victim = spawn("victim");
-    let job = NewJob::new(
-        "selftest",
-        "s/1",
-        json!({"block_attempts": 1}),
-        Actor::cli("bench"),
-    );
+    let job = NewJob::new("selftest", "s/1", json!({"block_attempts": 1}), Actor::cli("bench"));
     let id = engine.enqueue(&[job]).await.unwrap()[0].id;
     loop {
         let j = engine.job(id).await.unwrap();
@@ -246,10 +177,7 @@ async fn recovery(admin: &str) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     victim.kill().await.unwrap();
-    let killed: time::OffsetDateTime = sqlx::query_scalar("select now()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let killed: time::OffsetDateTime = sqlx::query_scalar("select now()").fetch_one(&pool).await.unwrap();
     let _rescuer = spawn("rescuer");
     let started = loop {
         let r = engine.step_runs(id).await.unwrap();
@@ -270,8 +198,7 @@ async fn recovery(admin: &str) {
 
 #[tokio::main]
 async fn main() {
-    let admin = std::env::var("BENCH_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin = std::env::var("BENCH_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let which = std::env::var("BENCH_ONLY").unwrap_or_default();
     if which.is_empty() || which == "throughput" {
         throughput(&admin).await;

@@ -98,7 +98,8 @@ async fn main() {
     }
     let secs = t0.elapsed().as_secs_f64();
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let stored: i64 = sqlx::query_scalar("select count(*) from webhook_deliveries").fetch_one(&pool).await.unwrap_or(-1);
+    let stored: i64 =
+        sqlx::query_scalar("select count(*) from webhook_deliveries").fetch_one(&pool).await.unwrap_or(-1);
     let jobs: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&pool).await.unwrap();
     println!(
         "{}",

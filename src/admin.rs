@@ -20,18 +20,8 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let actor = cli_actor();
     let out = match args.action {
         JobsAction::List { state, limit } => {
-            let state = state
-                .as_deref()
-                .map(str::parse::<JobState>)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
-            let jobs = engine
-                .list(&JobFilter {
-                    state,
-                    limit,
-                    ..Default::default()
-                })
-                .await?;
+            let state = state.as_deref().map(str::parse::<JobState>).transpose().map_err(anyhow::Error::msg)?;
+            let jobs = engine.list(&JobFilter { state, limit, ..Default::default() }).await?;
             for j in &jobs {
                 println!(
                     "{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})",
@@ -51,50 +41,25 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
         JobsAction::Retry { id } => json!(engine.retry(id, &actor).await?),
         JobsAction::Approve { id } => json!(engine.approve(id, &actor).await?),
     };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&out).context("printing")?
-    );
+    println!("{}", serde_json::to_string_pretty(&out).context("printing")?);
     Ok(())
 }
 
 pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
     match args.action {
-        TokenAction::Create {
-            name,
-            role,
-            tenant,
-            expires,
-        } => {
+        TokenAction::Create { name, role, tenant, expires } => {
             let role: Role = role.parse().map_err(anyhow::Error::msg)?;
             let tenant = tenant.as_deref().map(TenantName::parse).transpose()?;
             let expires_at = expires.map(|d| time::OffsetDateTime::now_utc() + d);
-            let token = auth::create(
-                &pool,
-                &name,
-                role,
-                tenant.as_ref(),
-                expires_at,
-                &cli_actor(),
-            )
-            .await?;
+            let token = auth::create(&pool, &name, role, tenant.as_ref(), expires_at, &cli_actor()).await?;
             eprintln!("onramp: created {role} token {name:?}; it is shown once:");
             println!("{}", token.expose());
         }
         TokenAction::List => {
             for t in auth::list(&pool).await? {
-                let state = if t.revoked_at.is_some() {
-                    "revoked"
-                } else {
-                    "active"
-                };
-                println!(
-                    "{:<24} {:<9} {:<20} {state}",
-                    t.name,
-                    t.role,
-                    t.tenant.as_deref().unwrap_or("(all tenants)")
-                );
+                let state = if t.revoked_at.is_some() { "revoked" } else { "active" };
+                println!("{:<24} {:<9} {:<20} {state}", t.name, t.role, t.tenant.as_deref().unwrap_or("(all tenants)"));
             }
         }
         TokenAction::Revoke { name } => {
@@ -108,9 +73,7 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
 /// `onramp reconcile`: enqueue a reconcile job for the workers; with --wait, print its decision.
 pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     let setup = IntakeSetup::from_args(&args.intake, false)?.ok_or_else(|| {
-        anyhow::anyhow!(
-            "reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)"
-        )
+        anyhow::anyhow!("reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)")
     })?;
     let pool = db::connect(&args.db.database_url, 2).await?;
     let engine = Engine::new(pool, setup.registry(flows::registry()));
@@ -118,32 +81,18 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     let cause = format!("onramp reconcile by {actor}");
     let job = match (&args.tenant, args.user) {
         (Some(t), _) => {
-            anyhow::ensure!(
-                setup.tenants.tenant(t).is_some(),
-                "tenant {t:?} is not in the tenant registry"
-            );
+            anyhow::ensure!(setup.tenants.tenant(t).is_some(), "tenant {t:?} is not in the tenant registry");
             crate::reconcile::tenant_job(t, actor, &cause)
         }
         (None, Some(pk)) => crate::reconcile::user_job(pk, actor, &cause),
         (None, None) => crate::reconcile::full_job(actor, &cause),
     };
     let e = engine.enqueue(&[job]).await?[0];
-    println!(
-        "{} job {}",
-        if e.created {
-            "enqueued"
-        } else {
-            "already pending:"
-        },
-        e.id
-    );
+    println!("{} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
     if args.wait {
         loop {
             let j = engine.job(e.id).await?;
-            if matches!(
-                j.state.as_str(),
-                "succeeded" | "failed" | "cancelled" | "needs_approval"
-            ) {
+            if matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled" | "needs_approval") {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(
@@ -166,19 +115,10 @@ fn cli_actor() -> Actor {
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
     let cluster = ClusterName::parse(&args.slurm.slurm_cluster)?;
     let slurm = SlurmCli::new(Arc::new(Local), cluster).with_timeout(args.slurm.slurm_timeout);
-    let cgroup = args
-        .cgroup_conf
-        .as_deref()
-        .map(HostPath::parse)
-        .transpose()?;
-    let report = slurm::doctor::doctor(&slurm, cgroup)
-        .await
-        .context("reading the Slurm configuration")?;
+    let cgroup = args.cgroup_conf.as_deref().map(HostPath::parse).transpose()?;
+    let report = slurm::doctor::doctor(&slurm, cgroup).await.context("reading the Slurm configuration")?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("printing")?
-        );
+        println!("{}", serde_json::to_string_pretty(&report).context("printing")?);
     } else {
         print!("{}", slurm::doctor::render(&report));
     }
@@ -189,9 +129,5 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> 
         );
         return Ok(std::process::ExitCode::FAILURE);
     }
-    Ok(if report.ok {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::FAILURE
-    })
+    Ok(if report.ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
 }

@@ -110,19 +110,12 @@ pub async fn create(
     expires_at: Option<OffsetDateTime>,
     created_by: &Actor,
 ) -> Result<Secret, TokenError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
+    let ok =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
     if !ok {
         return Err(TokenError::BadName(name.chars().take(80).collect()));
     }
-    let token = format!(
-        "onr_{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
+    let token = format!("onr_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
     let res = sqlx::query(
         "insert into api_tokens (name, role, tenant, hash, created_by, expires_at) values ($1, $2, $3, $4, $5, $6)",
     )
@@ -154,13 +147,7 @@ pub async fn authenticate(pool: &PgPool, token: &str) -> Result<Option<Principal
     .bind(digest(token))
     .fetch_optional(pool)
     .await?;
-    Ok(row.and_then(|(token_name, role, tenant)| {
-        Some(Principal {
-            token_name,
-            role: role.parse().ok()?,
-            tenant,
-        })
-    }))
+    Ok(row.and_then(|(token_name, role, tenant)| Some(Principal { token_name, role: role.parse().ok()?, tenant })))
 }
 
 pub async fn list(pool: &PgPool) -> Result<Vec<TokenInfo>, sqlx::Error> {
@@ -174,13 +161,11 @@ pub async fn list(pool: &PgPool) -> Result<Vec<TokenInfo>, sqlx::Error> {
 
 /// Revokes a token by name; it stops working at once.
 pub async fn revoke(pool: &PgPool, name: &str) -> Result<(), TokenError> {
-    let n = sqlx::query(
-        "update api_tokens set revoked_at = coalesce(revoked_at, now()) where name = $1",
-    )
-    .bind(name)
-    .execute(pool)
-    .await?
-    .rows_affected();
+    let n = sqlx::query("update api_tokens set revoked_at = coalesce(revoked_at, now()) where name = $1")
+        .bind(name)
+        .execute(pool)
+        .await?
+        .rows_affected();
     if n == 0 {
         return Err(TokenError::NotFound(name.into()));
     }
@@ -200,11 +185,7 @@ mod tests {
 
     #[test]
     fn tenant_scope() {
-        let p = Principal {
-            token_name: "t".into(),
-            role: Role::Viewer,
-            tenant: Some("foo".into()),
-        };
+        let p = Principal { token_name: "t".into(), role: Role::Viewer, tenant: Some("foo".into()) };
         assert!(p.sees("foo") && !p.sees("bar"));
         let all = Principal { tenant: None, ..p };
         assert!(all.sees("bar"));

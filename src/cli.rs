@@ -107,12 +107,7 @@ pub struct HttpArgs {
     #[arg(long, env = "ONRAMP_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Bearer token for the /v1 API. Without it the API answers 503.
-    #[arg(
-        long,
-        env = "ONRAMP_API_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+    #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub api_token: Option<Secret>,
 }
 
@@ -174,20 +169,10 @@ pub struct IntakeArgs {
     #[arg(long, env = "ONRAMP_AUTHENTIK_URL", value_name = "URL")]
     pub authentik_url: Option<String>,
     /// Authentik API token (prefer the file).
-    #[arg(
-        long,
-        env = "ONRAMP_AUTHENTIK_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub authentik_token: Option<Secret>,
     /// File holding the Authentik API token.
-    #[arg(
-        long,
-        env = "ONRAMP_AUTHENTIK_TOKEN_FILE",
-        value_name = "FILE",
-        conflicts_with = "authentik_token"
-    )]
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TOKEN_FILE", value_name = "FILE", conflicts_with = "authentik_token")]
     pub authentik_token_file: Option<PathBuf>,
     /// Timeout of one Authentik API request.
     #[arg(long, env = "ONRAMP_AUTHENTIK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
@@ -199,13 +184,7 @@ pub struct IntakeArgs {
     #[arg(long, env = "ONRAMP_WEBHOOK_SECRETS", hide_env_values = true, value_delimiter = ',', value_name = "WHSEC")]
     pub webhook_secrets: Vec<Secret>,
     /// Bearer tokens accepted on the webhook, comma-separated. With secrets too, both are required.
-    #[arg(
-        long,
-        env = "ONRAMP_WEBHOOK_TOKENS",
-        hide_env_values = true,
-        value_delimiter = ',',
-        value_name = "TOKEN"
-    )]
+    #[arg(long, env = "ONRAMP_WEBHOOK_TOKENS", hide_env_values = true, value_delimiter = ',', value_name = "TOKEN")]
     pub webhook_tokens: Vec<Secret>,
     /// Largest accepted distance between webhook-timestamp and now.
     #[arg(long, env = "ONRAMP_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
@@ -384,8 +363,7 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             a.strip_prefix("--config=").map(PathBuf::from)
         }
     });
-    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from))
-    else {
+    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)) else {
         return Ok(());
     };
     for (k, v) in read_settings_file(&path)? {
@@ -406,11 +384,7 @@ fn one_line(e: &clap::Error) -> String {
         _ => vec![],
     };
     let with_env = |arg: &str| {
-        let long = arg
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("--");
+        let long = arg.split_whitespace().next().unwrap_or("").trim_start_matches("--");
         match find_env(&<Cli as clap::CommandFactory>::command(), long) {
             Some(env) => format!("{arg} (environment: {env})"),
             None => arg.to_string(),
@@ -421,19 +395,11 @@ fn one_line(e: &clap::Error) -> String {
         return format!("missing setting: {}", names.join(", "));
     }
     let text = e.to_string();
-    let first = text
-        .lines()
-        .next()
-        .unwrap_or("invalid command line")
-        .trim_start_matches("error: ");
+    let first = text.lines().next().unwrap_or("invalid command line").trim_start_matches("error: ");
     match args.first() {
         Some(arg) => {
             let named = with_env(arg);
-            if named.len() > arg.len() {
-                format!("{first}{}", &named[arg.len()..])
-            } else {
-                first.to_string()
-            }
+            if named.len() > arg.len() { format!("{first}{}", &named[arg.len()..]) } else { first.to_string() }
         }
         None => first.to_string(),
     }
@@ -458,28 +424,26 @@ mod tests {
 
     #[test]
     fn malformed_setting_is_one_line_naming_it() {
-        let e = Cli::try_parse_from([
-            "onramp",
-            "serve",
-            "--database-url",
-            "postgres://x",
-            "--lease",
-            "ten",
-        ])
-        .unwrap_err();
+        let e =
+            Cli::try_parse_from(["onramp", "serve", "--database-url", "postgres://x", "--lease", "ten"]).unwrap_err();
         let line = one_line(&e);
         assert!(!line.contains('\n'), "{line}");
-        assert!(
-            line.contains("--lease") && line.contains("ONRAMP_LEASE"),
-            "{line}"
-        );
+        assert!(line.contains("--lease") && line.contains("ONRAMP_LEASE"), "{line}");
     }
 
     #[test]
     fn backend_settings_are_serve_flags() {
         let cli = Cli::try_parse_from([
-            "onramp", "serve", "--database-url", "postgres://x", "--storage-backend", "lustre",
-            "--slurmctld-deployment", "ctld", "--smtp-url", "smtp://127.0.0.1:25",
+            "onramp",
+            "serve",
+            "--database-url",
+            "postgres://x",
+            "--storage-backend",
+            "lustre",
+            "--slurmctld-deployment",
+            "ctld",
+            "--smtp-url",
+            "smtp://127.0.0.1:25",
         ])
         .unwrap();
         let Command::Serve(a) = cli.command else { panic!("not serve") };

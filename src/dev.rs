@@ -18,11 +18,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         Some(_) => None,
         None => Some(PrivatePg::start(&args.dev_dir).await?),
     };
-    let url = args
-        .database_url
-        .clone()
-        .or_else(|| pg.as_ref().map(|p| p.url.clone()))
-        .expect("one of them");
+    let url = args.database_url.clone().or_else(|| pg.as_ref().map(|p| p.url.clone())).expect("one of them");
     let result = run(&args, &url, pg.as_ref()).await;
     if let Some(pg) = pg {
         pg.stop().await?;
@@ -40,23 +36,11 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         .await
         .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.listen))?;
     let addr = listener.local_addr()?;
-    sqlx::query("delete from api_tokens where name = 'dev'")
-        .execute(engine.pool())
-        .await?;
-    let token = crate::auth::create(
-        engine.pool(),
-        "dev",
-        crate::auth::Role::Admin,
-        None,
-        None,
-        &Actor::cli("dev"),
-    )
-    .await?;
+    sqlx::query("delete from api_tokens where name = 'dev'").execute(engine.pool()).await?;
+    let token =
+        crate::auth::create(engine.pool(), "dev", crate::auth::Role::Admin, None, None, &Actor::cli("dev")).await?;
     let db_line = match pg {
-        Some(pg) => format!(
-            "a private PostgreSQL in {} (stopped with onramp)",
-            pg.data_dir().display()
-        ),
+        Some(pg) => format!("a private PostgreSQL in {} (stopped with onramp)", pg.data_dir().display()),
         None => format!("{} (DATABASE_URL)", db::describe(url)),
     };
     println!(
@@ -69,14 +53,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         last = samples.last().copied().unwrap_or(1),
     );
     let worker = serve::worker_config(&args.worker);
-    serve::run(
-        engine,
-        Some(listener),
-        Some(worker),
-        None,
-        serve::shutdown_on_signal(),
-    )
-    .await
+    serve::run(engine, Some(listener), Some(worker), None, serve::shutdown_on_signal()).await
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.
@@ -90,14 +67,8 @@ async fn enqueue_samples(engine: &Engine) -> anyhow::Result<Vec<i64>> {
     ]
     .into_iter()
     .map(|(subject, input)| {
-        NewJob::new(selftest::KIND, subject, input, actor.clone())
-            .dedupe(format!("dev-sample:{subject}"))
+        NewJob::new(selftest::KIND, subject, input, actor.clone()).dedupe(format!("dev-sample:{subject}"))
     })
     .collect();
-    Ok(engine
-        .enqueue(&jobs)
-        .await?
-        .into_iter()
-        .map(|e| e.id)
-        .collect())
+    Ok(engine.enqueue(&jobs).await?.into_iter().map(|e| e.id).collect())
 }

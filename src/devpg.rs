@@ -39,19 +39,16 @@ pub fn find_bin() -> anyhow::Result<PathBuf> {
         })
         .collect();
     found.sort();
-    found.pop().map(|(_, b)| b).with_context(|| {
-        format!("no initdb/pg_ctl found in PATH or /usr/lib/postgresql/*/bin: {INSTALL_HINT}")
-    })
+    found
+        .pop()
+        .map(|(_, b)| b)
+        .with_context(|| format!("no initdb/pg_ctl found in PATH or /usr/lib/postgresql/*/bin: {INSTALL_HINT}"))
 }
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
         .unwrap_or(false)
 }
 
@@ -63,12 +60,7 @@ impl PrivatePg {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let data = dir.canonicalize()?.join("postgres");
         let run_as = is_root().then(|| "postgres".to_string());
-        let mut pg = Self {
-            data,
-            bin,
-            run_as,
-            url: Secret::new(""),
-        };
+        let mut pg = Self { data, bin, run_as, url: Secret::new("") };
         if !pg.data.join("PG_VERSION").exists() {
             pg.init().await?;
         }
@@ -77,11 +69,7 @@ impl PrivatePg {
             .trim()
             .parse()
             .context("the private server's port file is damaged")?;
-        if !pg
-            .pg_ctl(&["status"])
-            .await
-            .is_ok_and(|o| o.status.success())
-        {
+        if !pg.pg_ctl(&["status"]).await.is_ok_and(|o| o.status.success()) {
             let log = pg.data.join("server.log");
             let log = log.to_string_lossy();
             let out = pg.pg_ctl(&["-l", &log, "-w", "-t", "60", "start"]).await?;
@@ -99,46 +87,21 @@ impl PrivatePg {
     async fn init(&self) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.data)?;
         if let Some(user) = &self.run_as {
-            let ok = Command::new("chown")
-                .arg("-R")
-                .arg(user)
-                .arg(&self.data)
-                .status()
-                .await?
-                .success();
+            let ok = Command::new("chown").arg("-R").arg(user).arg(&self.data).status().await?.success();
             if !ok {
-                bail!(
-                    "running as root, and the user {user:?} (to run PostgreSQL as) is missing: {INSTALL_HINT}"
-                );
+                bail!("running as root, and the user {user:?} (to run PostgreSQL as) is missing: {INSTALL_HINT}");
             }
         }
         let data = self.data.to_string_lossy();
         let out = self
-            .command(
-                "initdb",
-                &[
-                    "-D",
-                    &data,
-                    "-U",
-                    "onramp",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--no-instructions",
-                ],
-            )
+            .command("initdb", &["-D", &data, "-U", "onramp", "--auth=trust", "-E", "UTF8", "--no-instructions"])
             .output()
             .await
             .context("running initdb")?;
         if !out.status.success() {
-            bail!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let conf = format!(
             "\n# onramp dev\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{data}'\n"
         );
@@ -168,19 +131,13 @@ impl PrivatePg {
         let data = self.data.to_string_lossy();
         let mut all = vec!["-D", &data];
         all.extend_from_slice(args);
-        self.command("pg_ctl", &all)
-            .output()
-            .await
-            .context("running pg_ctl")
+        self.command("pg_ctl", &all).output().await.context("running pg_ctl")
     }
 
     pub async fn stop(&self) -> anyhow::Result<()> {
         let out = self.pg_ctl(&["-m", "fast", "-w", "stop"]).await?;
         if !out.status.success() {
-            bail!(
-                "stopping the private PostgreSQL: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            bail!("stopping the private PostgreSQL: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
         Ok(())
     }

@@ -16,9 +16,7 @@ pub struct Command {
 
 impl Command {
     pub fn new(program: &str) -> Self {
-        Self {
-            argv: vec![program.to_string()],
-        }
+        Self { argv: vec![program.to_string()] }
     }
     /// One argv element. Callers pass checked names (see `crate::names`) or fixed text.
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -45,10 +43,7 @@ impl fmt::Display for Command {
             .argv
             .iter()
             .map(|a| {
-                if !a.is_empty()
-                    && a.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_=.,/:@%+".contains(c))
-                {
+                if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_=.,/:@%+".contains(c)) {
                     a.clone()
                 } else {
                     format!("'{}'", a.replace('\'', "'\\''"))
@@ -115,14 +110,8 @@ impl Transport for Local {
                 .kill_on_drop(true)
                 .output();
             match tokio::time::timeout(timeout, child).await {
-                Err(_) => Err(TransportError::Timeout {
-                    program,
-                    after: timeout,
-                }),
-                Ok(Err(e)) => Err(TransportError::Spawn {
-                    program,
-                    reason: e.to_string(),
-                }),
+                Err(_) => Err(TransportError::Timeout { program, after: timeout }),
+                Ok(Err(e)) => Err(TransportError::Spawn { program, reason: e.to_string() }),
                 Ok(Ok(o)) => Ok(Output {
                     code: o.status.code().unwrap_or(-1),
                     stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -142,16 +131,10 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new() -> Self {
-        Self {
-            seen: Arc::default(),
-            reply: Arc::new(|_| Output::default()),
-        }
+        Self { seen: Arc::default(), reply: Arc::new(|_| Output::default()) }
     }
     pub fn replying(f: impl Fn(&Command) -> Output + Send + Sync + 'static) -> Self {
-        Self {
-            seen: Arc::default(),
-            reply: Arc::new(f),
-        }
+        Self { seen: Arc::default(), reply: Arc::new(f) }
     }
     pub fn commands(&self) -> Vec<Command> {
         self.seen.lock().expect("recorder lock").clone()
@@ -178,13 +161,8 @@ mod tests {
 
     #[test]
     fn display_quotes_for_people_only() {
-        let c = Command::new("sacctmgr")
-            .args(["-i", "add", "user", "alice", "Account=ml-team"])
-            .arg("it's");
-        assert_eq!(
-            c.to_string(),
-            "sacctmgr -i add user alice Account=ml-team 'it'\\''s'"
-        );
+        let c = Command::new("sacctmgr").args(["-i", "add", "user", "alice", "Account=ml-team"]).arg("it's");
+        assert_eq!(c.to_string(), "sacctmgr -i add user alice Account=ml-team 'it'\\''s'");
         assert_eq!(c.argv().len(), 7);
     }
 
@@ -193,41 +171,19 @@ mod tests {
         let c = Command::new("printf").args(["%s|", "$(id)", "a b"]);
         let o = Local.run(&c, Duration::from_secs(5)).await.unwrap();
         assert_eq!((o.code, o.stdout.as_str()), (0, "$(id)|a b|"));
-        let o = Local
-            .run(&Command::new("false"), Duration::from_secs(5))
-            .await
-            .unwrap();
+        let o = Local.run(&Command::new("false"), Duration::from_secs(5)).await.unwrap();
         assert_eq!(o.code, 1);
-        let e = Local
-            .run(&Command::new("sleep").arg("5"), Duration::from_millis(100))
-            .await
-            .unwrap_err();
+        let e = Local.run(&Command::new("sleep").arg("5"), Duration::from_millis(100)).await.unwrap_err();
         assert!(matches!(e, TransportError::Timeout { .. }));
-        let e = Local
-            .run(&Command::new("/nonexistent/x"), Duration::from_secs(1))
-            .await
-            .unwrap_err();
+        let e = Local.run(&Command::new("/nonexistent/x"), Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(e, TransportError::Spawn { .. }));
     }
 
     #[tokio::test]
     async fn recorder_records_and_replies() {
-        let r = Recorder::replying(|c| Output {
-            code: (c.argv()[0] == "fail") as i32,
-            ..Default::default()
-        });
-        assert!(
-            r.run(&Command::new("ok"), Duration::ZERO)
-                .await
-                .unwrap()
-                .success()
-        );
-        assert!(
-            !r.run(&Command::new("fail"), Duration::ZERO)
-                .await
-                .unwrap()
-                .success()
-        );
+        let r = Recorder::replying(|c| Output { code: (c.argv()[0] == "fail") as i32, ..Default::default() });
+        assert!(r.run(&Command::new("ok"), Duration::ZERO).await.unwrap().success());
+        assert!(!r.run(&Command::new("fail"), Duration::ZERO).await.unwrap().success());
         assert_eq!(r.commands().len(), 2);
     }
 }

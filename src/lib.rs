@@ -34,10 +34,7 @@ pub fn run(cli: Cli) -> ExitCode {
         eprintln!("onramp: {e}");
         return ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("onramp: cannot start the async runtime: {e}");
@@ -49,10 +46,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Migrate(a) => {
                 let pool = db::connect(&a.database_url, 2).await?;
                 db::migrate(&pool).await?;
-                eprintln!(
-                    "onramp: migrations applied to {}",
-                    db::describe(&a.database_url)
-                );
+                eprintln!("onramp: migrations applied to {}", db::describe(&a.database_url));
                 Ok(())
             }
             Command::Serve(a) => serve::serve(*a).await,

@@ -16,13 +16,7 @@ pub struct NameError {
 }
 
 fn check(kind: &'static str, s: &str, max: usize, extra: &[char]) -> Result<(), NameError> {
-    let err = |why| {
-        Err(NameError {
-            kind,
-            value: s.chars().take(80).collect(),
-            why,
-        })
-    };
+    let err = |why| Err(NameError { kind, value: s.chars().take(80).collect(), why });
     if s.is_empty() {
         return err("it is empty");
     }
@@ -33,9 +27,7 @@ fn check(kind: &'static str, s: &str, max: usize, extra: &[char]) -> Result<(), 
     if !(first.is_ascii_lowercase() || first == b'_') {
         return err("it must start with a lower-case letter or _");
     }
-    if !s.chars().all(|c| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' || extra.contains(&c)
-    }) {
+    if !s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' || extra.contains(&c)) {
         return err("only lower-case letters, digits, _ and - are allowed");
     }
     Ok(())
@@ -119,14 +111,7 @@ mod tests {
 
     #[test]
     fn good_names_parse() {
-        for s in [
-            "alice",
-            "a",
-            "_svc",
-            "bob-2",
-            "ml_team-foo",
-            "x123456789012345678901234567890y",
-        ] {
+        for s in ["alice", "a", "_svc", "bob-2", "ml_team-foo", "x123456789012345678901234567890y"] {
             assert_eq!(Username::parse(s).unwrap().as_str(), s);
         }
         assert!(SlurmAccount::parse("tenant-foo").is_ok());
@@ -136,8 +121,8 @@ mod tests {
     #[test]
     fn dangerous_names_are_refused() {
         for s in [
-            "", "-rf", "--help", "Alice", "al ice", "a;b", "a$(x)", "a`x`", "a|b", "a&b", "a\nb",
-            "a=b", "a,b", "a/b", "../x", "ál", "a\"b", "a'b", "9lives", "a.b", "a*", "x\0y",
+            "", "-rf", "--help", "Alice", "al ice", "a;b", "a$(x)", "a`x`", "a|b", "a&b", "a\nb", "a=b", "a,b", "a/b",
+            "../x", "ál", "a\"b", "a'b", "9lives", "a.b", "a*", "x\0y",
         ] {
             assert!(Username::parse(s).is_err(), "{s:?} should be refused");
             assert!(SlurmAccount::parse(s).is_err(), "{s:?} should be refused");
@@ -148,10 +133,7 @@ mod tests {
     #[test]
     fn errors_say_what_and_why() {
         let e = Username::parse("-rf").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "username \"-rf\" is not allowed: it must start with a lower-case letter or _"
-        );
+        assert_eq!(e.to_string(), "username \"-rf\" is not allowed: it must start with a lower-case letter or _");
     }
 
     #[test]

@@ -19,12 +19,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db::migrate(&pool).await?;
     }
     if setup.is_none() {
-        tracing::info!(
-            "Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)"
-        );
+        tracing::info!("Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)");
     }
     let backends = match &setup {
-        Some(s) if args.role != Role::Api => match backends(&args, s).await {
+        Some(s) if args.role != Role::Api => match backends(&args, s, &pool).await {
             Ok(b) => Some(b),
             Err(e) => {
                 // The process still serves the API and the reconcile flows; onboarding and
@@ -50,25 +48,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(b) = &backends {
         b.attach(&engine);
     }
-    let listener =
-        match args.role {
-            Role::Worker => None,
-            _ => Some(TcpListener::bind(args.http.listen).await.with_context(|| {
-                format!("cannot listen on {} (ONRAMP_LISTEN)", args.http.listen)
-            })?),
-        };
+    let listener = match args.role {
+        Role::Worker => None,
+        _ => Some(
+            TcpListener::bind(args.http.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.http.listen))?,
+        ),
+    };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
     run(engine, listener, worker, setup, shutdown_on_signal()).await
 }
 
 /// The backends the user and tenant flows act on, built from the settings: Kubernetes (and
 /// through it the slurmctld and login pods), Slurm, storage, notifications, Authentik.
-async fn backends(args: &ServeArgs, setup: &IntakeSetup) -> anyhow::Result<Arc<flows::Backends>> {
+async fn backends(args: &ServeArgs, setup: &IntakeSetup, pool: &sqlx::PgPool) -> anyhow::Result<Arc<flows::Backends>> {
     use crate::names::ClusterName;
     let k8s = crate::k8s::K8s::connect(args.k8s.clone()).await.context("Kubernetes (ONRAMP_KUBECONFIG)")?;
     let kube: Arc<dyn crate::k8s::Kubernetes> = Arc::new(k8s.clone());
     let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
-    let slurm = crate::slurm::SlurmCli::new(kube.slurmctld(), cluster).with_timeout(args.slurm.slurm_timeout);
+    // replicas write to slurmdbd one at a time (22.05 loses concurrent writes)
+    let slurm = crate::slurm::SlurmCli::new(kube.slurmctld(), cluster)
+        .with_timeout(args.slurm.slurm_timeout)
+        .with_write_gate(Arc::new(db::PgWriteGate::new(pool)));
     let transport = args.storage.storage_run_in.transport(Some(&k8s)).map_err(anyhow::Error::msg)?;
     let storage = crate::storage::CommandStorage::new(transport, args.storage.clone()).context("storage settings")?;
     let notifier: Option<Arc<dyn crate::notify::Notifier>> =
@@ -127,11 +129,7 @@ pub async fn run(
     let stats = Arc::new(WorkerStats::default());
     let started = intake.as_ref().map(|s| s.start(&engine));
     if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
-        tokio::spawn(periodic_reconcile(
-            engine.clone(),
-            s.reconcile_interval,
-            shutdown.clone(),
-        ));
+        tokio::spawn(periodic_reconcile(engine.clone(), s.reconcile_interval, shutdown.clone()));
     }
     let http = listener.map(|l| {
         let mut state = http::AppState::new(engine.clone(), stats.clone());
@@ -159,8 +157,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}

@@ -151,17 +151,9 @@ impl Tenant {
         if !groups.contains(&self.group) {
             return vec![];
         }
-        let teams: Vec<SlurmAccount> = self
-            .teams
-            .iter()
-            .filter(|m| groups.contains(&m.group))
-            .map(|m| m.account.clone())
-            .collect();
-        if teams.is_empty() {
-            vec![self.default_account.clone()]
-        } else {
-            teams
-        }
+        let teams: Vec<SlurmAccount> =
+            self.teams.iter().filter(|m| groups.contains(&m.group)).map(|m| m.account.clone()).collect();
+        if teams.is_empty() { vec![self.default_account.clone()] } else { teams }
     }
 
     /// The Authentik groups that matter for this tenant.
@@ -226,21 +218,14 @@ impl TenantRegistry {
     pub fn load(path: &Path) -> Result<Self, RegistryError> {
         let text = std::fs::read_to_string(path).map_err(|e| RegistryError {
             source_name: path.display().to_string(),
-            mistakes: vec![Mistake {
-                line: None,
-                field: "(file)".into(),
-                message: e.to_string(),
-            }],
+            mistakes: vec![Mistake { line: None, field: "(file)".into(), message: e.to_string() }],
         })?;
         Self::parse(&text, &path.display().to_string())
     }
 
     /// Parses and validates; `source_name` names the file in messages.
     pub fn parse(text: &str, source_name: &str) -> Result<Self, RegistryError> {
-        let fail = |mistakes| RegistryError {
-            source_name: source_name.to_string(),
-            mistakes,
-        };
+        let fail = |mistakes| RegistryError { source_name: source_name.to_string(), mistakes };
         let raw: RawRegistry = serde_yaml_ng::from_str(text).map_err(|e| {
             let line = e.location().map(|l| l.line());
             let msg = e.to_string();
@@ -250,23 +235,12 @@ impl TenantRegistry {
                 Some((f, m)) if !f.contains(' ') => (f.to_string(), m.to_string()),
                 _ => ("(document)".to_string(), msg),
             };
-            fail(vec![Mistake {
-                line,
-                field,
-                message,
-            }])
+            fail(vec![Mistake { line, field, message }])
         })?;
         let lines = LineIndex::new(text);
-        let mut v = Validator {
-            lines: &lines,
-            mistakes: vec![],
-        };
+        let mut v = Validator { lines: &lines, mistakes: vec![] };
         let reg = v.registry(raw);
-        if v.mistakes.is_empty() {
-            Ok(reg)
-        } else {
-            Err(fail(v.mistakes))
-        }
+        if v.mistakes.is_empty() { Ok(reg) } else { Err(fail(v.mistakes)) }
     }
 
     pub fn tenant(&self, name: &str) -> Option<&Tenant> {
@@ -275,26 +249,16 @@ impl TenantRegistry {
 
     /// The tenants whose tenant group or team groups include `group`.
     pub fn tenants_of_group(&self, group: &str) -> Vec<&Tenant> {
-        self.tenants
-            .iter()
-            .filter(|t| t.group == group || t.teams.iter().any(|m| m.group == group))
-            .collect()
+        self.tenants.iter().filter(|t| t.group == group || t.teams.iter().any(|m| m.group == group)).collect()
     }
 
     /// A user's uid and gid: `attributes.uidNumber` / `gidNumber` when set, else pk + offset.
     pub fn posix_ids(&self, pk: i64, attributes: &Value) -> (u32, u32) {
         let attr = |k: &str| {
-            attributes.get(k).and_then(|v| {
-                v.as_u64()
-                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-            })
+            attributes.get(k).and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
         };
-        let uid = attr("uidNumber")
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or_else(|| offset(pk, self.uid_offset));
-        let gid = attr("gidNumber")
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or_else(|| offset(pk, self.gid_offset));
+        let uid = attr("uidNumber").and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| offset(pk, self.uid_offset));
+        let gid = attr("gidNumber").and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| offset(pk, self.gid_offset));
         (uid, gid)
     }
 
@@ -305,10 +269,7 @@ impl TenantRegistry {
 
     /// Which (tenant, account) pairs a user belongs to, given the names of their groups.
     pub fn placements(&self, groups: &[String]) -> Vec<(TenantName, SlurmAccount)> {
-        self.tenants
-            .iter()
-            .flat_map(|t| t.placement(groups).into_iter().map(|a| (t.name.clone(), a)))
-            .collect()
+        self.tenants.iter().flat_map(|t| t.placement(groups).into_iter().map(|a| (t.name.clone(), a))).collect()
     }
 
     /// The tenant an account belongs to.
@@ -329,19 +290,10 @@ struct Validator<'a> {
 impl Validator<'_> {
     fn err(&mut self, field: String, message: impl Into<String>) {
         let line = self.lines.line_of(&field);
-        self.mistakes.push(Mistake {
-            line,
-            field,
-            message: message.into(),
-        });
+        self.mistakes.push(Mistake { line, field, message: message.into() });
     }
 
-    fn name<T>(
-        &mut self,
-        field: String,
-        s: &str,
-        parse: fn(&str) -> Result<T, crate::names::NameError>,
-    ) -> Option<T> {
+    fn name<T>(&mut self, field: String, s: &str, parse: fn(&str) -> Result<T, crate::names::NameError>) -> Option<T> {
         match parse(s) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -363,15 +315,9 @@ impl Validator<'_> {
             let at = format!("tenants[{i}]");
             let name = self.name(format!("{at}.name"), &t.name, TenantName::parse);
             if let Some(prev) = names.insert(t.name.clone(), format!("{at}.name")) {
-                self.err(
-                    format!("{at}.name"),
-                    format!("tenant {:?} is already defined at {prev}", t.name),
-                );
+                self.err(format!("{at}.name"), format!("tenant {:?} is already defined at {prev}", t.name));
             }
-            let account_str = t
-                .account
-                .clone()
-                .unwrap_or_else(|| format!("tenant-{}", t.name));
+            let account_str = t.account.clone().unwrap_or_else(|| format!("tenant-{}", t.name));
             // a derived account of a bad tenant name is the same mistake: said once
             let account = if t.account.is_none() && name.is_none() {
                 None
@@ -379,12 +325,7 @@ impl Validator<'_> {
                 self.name(format!("{at}.account"), &account_str, SlurmAccount::parse)
             };
             self.unique(&mut groups, &t.group, format!("{at}.group"), "group");
-            self.unique(
-                &mut accounts,
-                &account_str,
-                format!("{at}.account"),
-                "account",
-            );
+            self.unique(&mut accounts, &account_str, format!("{at}.account"), "account");
             if t.group.trim().is_empty() {
                 self.err(format!("{at}.group"), "the Authentik group name is empty");
             }
@@ -406,9 +347,7 @@ impl Validator<'_> {
                     if let Some(v) = v.filter(|v| !dns_label(v)) {
                         self.err(
                             format!("{at}.login_pod.{k}"),
-                            format!(
-                                "{v:?} is not a Kubernetes name (lower-case letters, digits and -)"
-                            ),
+                            format!("{v:?} is not a Kubernetes name (lower-case letters, digits and -)"),
                         );
                     }
                 }
@@ -417,36 +356,20 @@ impl Validator<'_> {
             for (j, m) in t.teams.into_iter().enumerate() {
                 let tat = format!("{at}.teams[{j}]");
                 self.unique(&mut groups, &m.group, format!("{tat}.group"), "group");
-                self.unique(
-                    &mut accounts,
-                    &m.account,
-                    format!("{tat}.account"),
-                    "account",
-                );
-                if let Some(account) =
-                    self.name(format!("{tat}.account"), &m.account, SlurmAccount::parse)
-                {
-                    teams.push(Team {
-                        account,
-                        group: m.group,
-                        fairshare: m.fairshare,
-                    });
+                self.unique(&mut accounts, &m.account, format!("{tat}.account"), "account");
+                if let Some(account) = self.name(format!("{tat}.account"), &m.account, SlurmAccount::parse) {
+                    teams.push(Team { account, group: m.group, fairshare: m.fairshare });
                 }
             }
             let default_account = match &t.default_team {
                 Some(d) if !teams.iter().any(|m| m.account.as_str() == d) => {
-                    self.err(
-                        format!("{at}.default_team"),
-                        format!("{d:?} is not one of this tenant's teams"),
-                    );
+                    self.err(format!("{at}.default_team"), format!("{d:?} is not one of this tenant's teams"));
                     None
                 }
                 Some(d) => SlurmAccount::parse(d).ok(),
                 None => account.clone(),
             };
-            if let (Some(name), Some(account), Some(default_account)) =
-                (name, account, default_account)
-            {
+            if let (Some(name), Some(account), Some(default_account)) = (name, account, default_account) {
                 tenants.push(Tenant {
                     name,
                     group: t.group,
@@ -461,20 +384,10 @@ impl Validator<'_> {
                 });
             }
         }
-        TenantRegistry {
-            uid_offset: raw.uid_offset,
-            gid_offset: raw.gid_offset,
-            tenants,
-        }
+        TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, tenants }
     }
 
-    fn unique(
-        &mut self,
-        seen: &mut HashMap<String, String>,
-        value: &str,
-        field: String,
-        what: &str,
-    ) {
+    fn unique(&mut self, seen: &mut HashMap<String, String>, value: &str, field: String, what: &str) {
         if let Some(prev) = seen.get(value) {
             let prev = prev.clone();
             self.err(field, format!("{what} {value:?} is already used at {prev}"));
@@ -491,28 +404,18 @@ impl Validator<'_> {
             .enumerate()
             .filter_map(|(k, q)| self.name(format!("{at}.qos[{k}]"), q, QosName::parse))
             .collect();
-        let default_qos = d
-            .default_qos
-            .as_deref()
-            .and_then(|q| self.name(format!("{at}.default_qos"), q, QosName::parse));
+        let default_qos =
+            d.default_qos.as_deref().and_then(|q| self.name(format!("{at}.default_qos"), q, QosName::parse));
         if let Some(dq) = &default_qos
             && !qos.is_empty()
             && !qos.contains(dq)
         {
-            self.err(
-                format!("{at}.default_qos"),
-                format!("{dq} is not in the qos list"),
-            );
+            self.err(format!("{at}.default_qos"), format!("{dq} is not in the qos list"));
         }
         if let Some(t) = &d.grp_tres_mins {
             self.tres(format!("{at}.grp_tres_mins"), t);
         }
-        UserDefaults {
-            default_qos,
-            qos,
-            max_jobs: d.max_jobs,
-            grp_tres_mins: d.grp_tres_mins,
-        }
+        UserDefaults { default_qos, qos, max_jobs: d.max_jobs, grp_tres_mins: d.grp_tres_mins }
     }
 
     /// `cpu=64,mem=512G,gres/gpu=128`
@@ -521,53 +424,33 @@ impl Validator<'_> {
             && s.split(',').all(|part| match part.split_once('=') {
                 Some((k, v)) => {
                     !k.is_empty()
-                        && k.chars().all(|c| {
-                            c.is_ascii_lowercase() || c.is_ascii_digit() || "/:_-".contains(c)
-                        })
+                        && k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "/:_-".contains(c))
                         && !v.is_empty()
                         && v.chars().all(|c| c.is_ascii_alphanumeric())
                 }
                 None => false,
             });
         if !ok {
-            self.err(
-                field,
-                format!("{s:?} is not a TRES list like gres/gpu=128,cpu=64"),
-            );
+            self.err(field, format!("{s:?} is not a TRES list like gres/gpu=128,cpu=64"));
         }
     }
 
     fn quota(&mut self, at: String, q: &Quota) {
-        if !q.path.starts_with('/')
-            || q.path.contains("..")
-            || q.path.chars().any(|c| c.is_whitespace())
-        {
-            self.err(
-                format!("{at}.path"),
-                format!("{:?} is not an absolute path", q.path),
-            );
+        if !q.path.starts_with('/') || q.path.contains("..") || q.path.chars().any(|c| c.is_whitespace()) {
+            self.err(format!("{at}.path"), format!("{:?} is not an absolute path", q.path));
         }
         let soft = size(&q.soft);
         let hard = size(&q.hard);
         if soft.is_none() {
-            self.err(
-                format!("{at}.soft"),
-                format!("{:?} is not a size like 90GB or 45TB", q.soft),
-            );
+            self.err(format!("{at}.soft"), format!("{:?} is not a size like 90GB or 45TB", q.soft));
         }
         if hard.is_none() {
-            self.err(
-                format!("{at}.hard"),
-                format!("{:?} is not a size like 100GB or 50TB", q.hard),
-            );
+            self.err(format!("{at}.hard"), format!("{:?} is not a size like 100GB or 50TB", q.hard));
         }
         if let (Some(s), Some(h)) = (soft, hard)
             && s > h
         {
-            self.err(
-                format!("{at}.soft"),
-                format!("soft {} is above hard {}", q.soft, q.hard),
-            );
+            self.err(format!("{at}.soft"), format!("soft {} is above hard {}", q.soft, q.hard));
         }
     }
 }
@@ -575,8 +458,7 @@ impl Validator<'_> {
 fn dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -587,11 +469,8 @@ pub fn size(s: &str) -> Option<u128> {
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().ok()?;
-    let (base, rest): (u128, &str) = if let Some(r) = unit.strip_suffix("iB") {
-        (1024, r)
-    } else {
-        (1000, unit.strip_suffix('B').unwrap_or(unit))
-    };
+    let (base, rest): (u128, &str) =
+        if let Some(r) = unit.strip_suffix("iB") { (1024, r) } else { (1000, unit.strip_suffix('B').unwrap_or(unit)) };
     let exp = ["K", "M", "G", "T", "P"].iter().position(|u| *u == rest)? as u32 + 1;
     Some((n * base.pow(exp) as f64) as u128)
 }
@@ -611,22 +490,13 @@ impl LineIndex {
         for (n, raw) in text.lines().enumerate() {
             let line_no = n + 1;
             let content = raw.split(" #").next().unwrap_or(raw);
-            if content.trim().is_empty()
-                || content.trim_start().starts_with('#')
-                || content.starts_with("---")
-            {
+            if content.trim().is_empty() || content.trim_start().starts_with('#') || content.starts_with("---") {
                 continue;
             }
             let mut col = content.len() - content.trim_start().len();
             let mut rest = content.trim_start();
-            while let Some(after) = rest
-                .strip_prefix("- ")
-                .or_else(|| (rest == "-").then_some(""))
-            {
-                while stack
-                    .last()
-                    .is_some_and(|(c, _, item)| *c > col || (*c == col && *item))
-                {
+            while let Some(after) = rest.strip_prefix("- ").or_else(|| (rest == "-").then_some("")) {
+                while stack.last().is_some_and(|(c, _, item)| *c > col || (*c == col && *item)) {
                     stack.pop();
                 }
                 let parent = stack.last().map(|(_, p, _)| p.clone()).unwrap_or_default();
@@ -645,18 +515,11 @@ impl LineIndex {
             if key.is_empty() || key.contains(' ') || key.starts_with('{') {
                 continue;
             }
-            while stack
-                .last()
-                .is_some_and(|(c, _, item)| *c > col || (*c == col && !*item))
-            {
+            while stack.last().is_some_and(|(c, _, item)| *c > col || (*c == col && !*item)) {
                 stack.pop();
             }
             let parent = stack.last().map(|(_, p, _)| p.clone()).unwrap_or_default();
-            let path = if parent.is_empty() {
-                key.to_string()
-            } else {
-                format!("{parent}.{key}")
-            };
+            let path = if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") };
             paths.insert(path.clone(), line_no);
             let value = value.trim();
             if let Some(inner) = value.strip_prefix('{') {
@@ -727,20 +590,9 @@ tenants:
         assert_eq!(foo.default_account.as_str(), "ml-team-foo");
         assert_eq!(r.tenants[1].default_account.as_str(), "tenant-bar");
         assert_eq!(foo.user_defaults.qos.len(), 2);
-        assert_eq!(
-            r.tenants_of_group("tenant-foo-data")[0].name.as_str(),
-            "foo"
-        );
-        let groups = vec![
-            "tenant-foo-users".to_string(),
-            "tenant-foo-data".to_string(),
-            "tenant-bar-users".into(),
-        ];
-        let p: Vec<String> = r
-            .placements(&groups)
-            .iter()
-            .map(|(t, a)| format!("{t}/{a}"))
-            .collect();
+        assert_eq!(r.tenants_of_group("tenant-foo-data")[0].name.as_str(), "foo");
+        let groups = vec!["tenant-foo-users".to_string(), "tenant-foo-data".to_string(), "tenant-bar-users".into()];
+        let p: Vec<String> = r.placements(&groups).iter().map(|(t, a)| format!("{t}/{a}")).collect();
         assert_eq!(p, ["foo/data-team-foo", "bar/tenant-bar"]);
         // team group without the tenant group: not a member
         assert!(r.placements(&["tenant-foo-ml".to_string()]).is_empty());
@@ -750,17 +602,8 @@ tenants:
     fn uid_and_gid_default_to_pk_plus_offset_and_attributes_win() {
         let r = TenantRegistry::parse(GOOD, "t.yaml").unwrap();
         assert_eq!(r.posix_ids(42, &serde_json::json!({})), (4042, 4042));
-        assert_eq!(
-            r.posix_ids(
-                42,
-                &serde_json::json!({"uidNumber": 20001, "gidNumber": "30001"})
-            ),
-            (20001, 30001)
-        );
-        assert_eq!(
-            r.posix_ids(42, &serde_json::json!({"uidNumber": "junk"})),
-            (4042, 4042)
-        );
+        assert_eq!(r.posix_ids(42, &serde_json::json!({"uidNumber": 20001, "gidNumber": "30001"})), (20001, 30001));
+        assert_eq!(r.posix_ids(42, &serde_json::json!({"uidNumber": "junk"})), (4042, 4042));
     }
 
     #[test]
@@ -783,11 +626,7 @@ tenants:
                 "line 22: tenants[1].name: tenant name \"Bar\" is not allowed: it must start with a lower-case letter or _",
             ]
         );
-        assert!(
-            e.to_string()
-                .starts_with("tenant registry t.yaml: 5 mistakes:\n  line 6:"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("tenant registry t.yaml: 5 mistakes:\n  line 6:"), "{e}");
     }
 
     #[test]
@@ -796,11 +635,7 @@ tenants:
         let e = TenantRegistry::parse(&bad, "t.yaml").unwrap_err();
         assert_eq!(e.mistakes.len(), 1);
         let m = &e.mistakes[0];
-        assert_eq!(
-            (m.line, m.field.as_str()),
-            (Some(10), "tenants[0].user_defaults.max_jobs"),
-            "{m}"
-        );
+        assert_eq!((m.line, m.field.as_str()), (Some(10), "tenants[0].user_defaults.max_jobs"), "{m}");
         let bad = GOOD.replace("fairshare: 200", "fairshares: 200");
         let m = &TenantRegistry::parse(&bad, "t.yaml").unwrap_err().mistakes[0];
         assert_eq!(m.line, Some(20), "{m}");
@@ -820,10 +655,7 @@ tenants:
 mod example {
     #[test]
     fn the_shipped_example_is_valid() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/deploy/authentik/tenants.example.yaml"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
         let r = super::TenantRegistry::load(std::path::Path::new(path)).unwrap();
         assert_eq!(r.tenants.len(), 2);
         assert_eq!(r.tenants[0].default_account.as_str(), "ml-team-foo");

@@ -35,11 +35,7 @@ pub enum AuthentikError {
     #[error("Authentik answered {status} to {what}")]
     Status { status: u16, what: String },
     #[error("Authentik unreachable for {what} after {attempts} attempts: {reason}")]
-    Unavailable {
-        what: String,
-        attempts: u32,
-        reason: String,
-    },
+    Unavailable { what: String, attempts: u32, reason: String },
     #[error("Authentik's answer to {what} does not parse: {reason}")]
     Decode { what: String, reason: String },
 }
@@ -103,22 +99,13 @@ impl User {
 
     /// Names of the user's groups (from `groups_obj`).
     pub fn group_names(&self) -> Vec<String> {
-        self.groups_obj
-            .iter()
-            .flatten()
-            .map(|g| g.name.clone())
-            .collect()
+        self.groups_obj.iter().flatten().map(|g| g.name.clone()).collect()
     }
 
     /// `attributes.sshPublicKey`: a string (possibly several lines) or a list of strings.
     pub fn ssh_keys(&self) -> Vec<String> {
         match self.attributes.get("sshPublicKey") {
-            Some(Value::String(s)) => s
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_string)
-                .collect(),
+            Some(Value::String(s)) => s.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect(),
             Some(Value::Array(a)) => a
                 .iter()
                 .filter_map(Value::as_str)
@@ -159,52 +146,30 @@ impl AuthentikClient {
             .user_agent(concat!("onramp/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        let base = format!(
-            "{}/api/v3",
-            cfg.url.trim_end_matches('/').trim_end_matches("/api/v3")
-        );
+        let base = format!("{}/api/v3", cfg.url.trim_end_matches('/').trim_end_matches("/api/v3"));
         if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(format!(
-                "ONRAMP_AUTHENTIK_URL {:?} is not an http(s) URL",
-                cfg.url
-            ));
+            return Err(format!("ONRAMP_AUTHENTIK_URL {:?} is not an http(s) URL", cfg.url));
         }
         Ok(Self { http, base, cfg })
     }
 
     pub async fn user(&self, pk: i64) -> Result<User, AuthentikError> {
         let q = [("include_groups", "true".to_string())];
-        self.get(&format!("/core/users/{pk}/"), &q, &format!("user {pk}"))
-            .await
+        self.get(&format!("/core/users/{pk}/"), &q, &format!("user {pk}")).await
     }
 
     pub async fn user_by_username(&self, username: &str) -> Result<User, AuthentikError> {
         let what = format!("user {username:?}");
         let page: Page<User> = self
-            .get(
-                "/core/users/",
-                &[
-                    ("username", username.to_string()),
-                    ("include_groups", "true".to_string()),
-                ],
-                &what,
-            )
+            .get("/core/users/", &[("username", username.to_string()), ("include_groups", "true".to_string())], &what)
             .await?;
-        page.results
-            .into_iter()
-            .find(|u| u.username == username)
-            .ok_or(AuthentikError::NotFound(what))
+        page.results.into_iter().find(|u| u.username == username).ok_or(AuthentikError::NotFound(what))
     }
 
     pub async fn group_by_name(&self, name: &str) -> Result<Group, AuthentikError> {
         let what = format!("group {name:?}");
-        let page: Page<Group> = self
-            .get("/core/groups/", &[("name", name.to_string())], &what)
-            .await?;
-        page.results
-            .into_iter()
-            .find(|g| g.name == name)
-            .ok_or(AuthentikError::NotFound(what))
+        let page: Page<Group> = self.get("/core/groups/", &[("name", name.to_string())], &what).await?;
+        page.results.into_iter().find(|g| g.name == name).ok_or(AuthentikError::NotFound(what))
     }
 
     /// Active members of a group, every page. A group that does not exist is an error, never
@@ -266,11 +231,7 @@ impl AuthentikClient {
         let mut delay = self.cfg.backoff;
         let mut last = String::new();
         for attempt in 1..=attempts {
-            let mut req = self
-                .http
-                .request(method.clone(), &url)
-                .query(q)
-                .bearer_auth(self.cfg.token.expose());
+            let mut req = self.http.request(method.clone(), &url).query(q).bearer_auth(self.cfg.token.expose());
             if let Some(b) = &body {
                 req = req.json(b);
             }
@@ -278,16 +239,12 @@ impl AuthentikClient {
                 Ok(res) => {
                     let status = res.status();
                     if status.is_success() {
-                        let bytes = res.bytes().await.map_err(|e| AuthentikError::Decode {
-                            what: what.into(),
-                            reason: e.to_string(),
-                        })?;
-                        return serde_json::from_slice(&bytes).map_err(|e| {
-                            AuthentikError::Decode {
-                                what: what.into(),
-                                reason: e.to_string(),
-                            }
-                        });
+                        let bytes = res
+                            .bytes()
+                            .await
+                            .map_err(|e| AuthentikError::Decode { what: what.into(), reason: e.to_string() })?;
+                        return serde_json::from_slice(&bytes)
+                            .map_err(|e| AuthentikError::Decode { what: what.into(), reason: e.to_string() });
                     }
                     match status {
                         StatusCode::NOT_FOUND => return Err(AuthentikError::NotFound(what.into())),
@@ -299,19 +256,12 @@ impl AuthentikClient {
                             retry_after(res.headers()).map(|d| d.min(Duration::from_secs(60)))
                         }
                         s => {
-                            return Err(AuthentikError::Status {
-                                status: s.as_u16(),
-                                what: what.into(),
-                            });
+                            return Err(AuthentikError::Status { status: s.as_u16(), what: what.into() });
                         }
                     }
                 }
                 Err(e) => {
-                    last = if e.is_timeout() {
-                        "timed out".into()
-                    } else {
-                        format!("{e}")
-                    };
+                    last = if e.is_timeout() { "timed out".into() } else { format!("{e}") };
                     None
                 }
             };
@@ -323,23 +273,13 @@ impl AuthentikClient {
             tokio::time::sleep(d).await;
             delay = (delay * 2).min(Duration::from_secs(10));
         }
-        Err(AuthentikError::Unavailable {
-            what: what.into(),
-            attempts,
-            reason: last,
-        })
+        Err(AuthentikError::Unavailable { what: what.into(), attempts, reason: last })
     }
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare from Authentik and ignored).
 fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    h.get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+    h.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 #[cfg(test)]
@@ -348,10 +288,9 @@ mod tests {
 
     #[test]
     fn ssh_keys_come_as_string_or_list() {
-        let mut u: User =
-            serde_json::from_value(json!({"pk": 1, "username": "a", "is_active": true,
+        let mut u: User = serde_json::from_value(json!({"pk": 1, "username": "a", "is_active": true,
             "attributes": {"sshPublicKey": "ssh-ed25519 AAA a@x\n\nssh-rsa BBB a@y\n"}}))
-            .unwrap();
+        .unwrap();
         assert_eq!(u.ssh_keys(), ["ssh-ed25519 AAA a@x", "ssh-rsa BBB a@y"]);
         u.attributes = json!({"sshPublicKey": ["ssh-ed25519 AAA", " "]});
         assert_eq!(u.ssh_keys(), ["ssh-ed25519 AAA"]);
@@ -361,10 +300,9 @@ mod tests {
 
     #[test]
     fn a_user_without_groups_obj_is_not_taken_for_a_user_in_no_group() {
-        let mut u: User =
-            serde_json::from_value(json!({"pk": 1, "username": "a", "is_active": true,
+        let mut u: User = serde_json::from_value(json!({"pk": 1, "username": "a", "is_active": true,
             "groups": ["9a4f0c2e1b7d4e3f8a6b5c4d3e2f1a0b"]}))
-            .unwrap();
+        .unwrap();
         assert!(!u.knows_group_names());
         u.groups.clear();
         assert!(u.knows_group_names());
@@ -373,19 +311,7 @@ mod tests {
     #[test]
     fn transient_errors_are_told_apart() {
         assert!(!AuthentikError::NotFound("x".into()).is_transient());
-        assert!(
-            AuthentikError::Status {
-                status: 503,
-                what: "x".into()
-            }
-            .is_transient()
-        );
-        assert!(
-            !AuthentikError::Status {
-                status: 400,
-                what: "x".into()
-            }
-            .is_transient()
-        );
+        assert!(AuthentikError::Status { status: 503, what: "x".into() }.is_transient());
+        assert!(!AuthentikError::Status { status: 400, what: "x".into() }.is_transient());
     }
 }

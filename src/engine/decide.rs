@@ -72,11 +72,9 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
             w.delay = d;
             w
         }
-        Transition::Poll { .. } if s.poll_expired => fail(
-            w,
-            "fail",
-            format!("step {step} was still polling when its deadline passed"),
-        ),
+        Transition::Poll { .. } if s.poll_expired => {
+            fail(w, "fail", format!("step {step} was still polling when its deadline passed"))
+        }
         Transition::Poll { every, for_at_most } => {
             w.outcome = "poll";
             w.new_state = "waiting";
@@ -121,10 +119,7 @@ mod tests {
         Situation {
             claimed: c,
             steps: STEPS,
-            policy: RetryPolicy {
-                max_attempts: 3,
-                ..RetryPolicy::default()
-            },
+            policy: RetryPolicy { max_attempts: 3, ..RetryPolicy::default() },
             lease: Duration::from_secs(10),
             continue_here: true,
             poll_expired: false,
@@ -136,10 +131,7 @@ mod tests {
     fn done_moves_on_in_the_same_worker_and_the_last_step_succeeds() {
         let c = claimed(0, 1, 0);
         let w = decide(&sit(&c), Transition::Done(json!(1)));
-        assert_eq!(
-            (w.new_state, w.new_step_index, w.new_step, w.delay),
-            ("running", 1, "b", Duration::from_secs(10))
-        );
+        assert_eq!((w.new_state, w.new_step_index, w.new_step, w.delay), ("running", 1, "b", Duration::from_secs(10)));
         let c = claimed(1, 1, 0);
         let w = decide(&sit(&c), Transition::Done(json!(2)));
         assert_eq!((w.new_state, w.output), ("succeeded", Some(json!(2))));
@@ -148,27 +140,15 @@ mod tests {
     #[test]
     fn done_while_shutting_down_leaves_the_next_step_pending() {
         let c = claimed(0, 1, 0);
-        let w = decide(
-            &Situation {
-                continue_here: false,
-                ..sit(&c)
-            },
-            Transition::Done(json!(null)),
-        );
-        assert_eq!(
-            (w.new_state, w.new_step_index, w.delay),
-            ("pending", 1, Duration::ZERO)
-        );
+        let w = decide(&Situation { continue_here: false, ..sit(&c) }, Transition::Done(json!(null)));
+        assert_eq!((w.new_state, w.new_step_index, w.delay), ("pending", 1, Duration::ZERO));
     }
 
     #[test]
     fn retry_backs_off_until_the_budget_is_spent_counting_from_the_floor() {
         let c = claimed(0, 2, 0);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
-        assert_eq!(
-            (w.outcome, w.new_state, w.delay),
-            ("retry", "pending", Duration::from_secs(4))
-        );
+        assert_eq!((w.outcome, w.new_state, w.delay), ("retry", "pending", Duration::from_secs(4)));
         let c = claimed(0, 3, 0);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
         assert_eq!((w.outcome, w.new_state), ("fail", "failed"));
@@ -182,36 +162,17 @@ mod tests {
     #[test]
     fn poll_past_its_deadline_fails() {
         let c = claimed(0, 1, 0);
-        let p = Transition::Poll {
-            every: Duration::from_secs(1),
-            for_at_most: Duration::from_secs(5),
-        };
+        let p = Transition::Poll { every: Duration::from_secs(1), for_at_most: Duration::from_secs(5) };
         assert_eq!(decide(&sit(&c), p.clone()).new_state, "waiting");
-        assert_eq!(
-            decide(
-                &Situation {
-                    poll_expired: true,
-                    ..sit(&c)
-                },
-                p
-            )
-            .new_state,
-            "failed"
-        );
+        assert_eq!(decide(&Situation { poll_expired: true, ..sit(&c) }, p).new_state, "failed");
     }
 
     #[test]
     fn approval_and_failure_keep_the_reason() {
         let c = claimed(1, 1, 0);
         let w = decide(&sit(&c), Transition::NeedsApproval("hard cutoff".into()));
-        assert_eq!(
-            (w.new_state, w.error.as_deref()),
-            ("needs_approval", Some("hard cutoff"))
-        );
+        assert_eq!((w.new_state, w.error.as_deref()), ("needs_approval", Some("hard cutoff")));
         let w = decide(&sit(&c), Transition::Fail("no such tenant".into()));
-        assert_eq!(
-            (w.new_state, w.error.as_deref()),
-            ("failed", Some("no such tenant"))
-        );
+        assert_eq!((w.new_state, w.error.as_deref()), ("failed", Some("no such tenant")));
     }
 }

@@ -24,10 +24,7 @@ pub enum Transition {
     Wait(Duration),
     /// Run the step again every `every` until it returns something else; once `for_at_most` has
     /// passed since the first poll, `StepCtx::poll_expired` is true, and polling again fails the job.
-    Poll {
-        every: Duration,
-        for_at_most: Duration,
-    },
+    Poll { every: Duration, for_at_most: Duration },
     /// A permanent failure: the job fails and waits for a human (retry or cancel).
     Fail(String),
     /// Pause until someone approves; then the step runs again with `StepCtx::approved` true.
@@ -71,8 +68,7 @@ impl StepCtx {
     }
 
     pub fn poll_expired(&self) -> bool {
-        self.poll_deadline
-            .is_some_and(|d| d <= OffsetDateTime::now_utc())
+        self.poll_deadline.is_some_and(|d| d <= OffsetDateTime::now_utc())
     }
 }
 

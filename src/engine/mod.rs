@@ -40,11 +40,7 @@ pub enum EngineError {
     #[error("job {0} not found")]
     NotFound(i64),
     #[error("job {id} is {state}: it cannot {action}")]
-    InvalidState {
-        id: i64,
-        state: JobState,
-        action: &'static str,
-    },
+    InvalidState { id: i64, state: JobState, action: &'static str },
     #[error("unexpected data in the database: {0}")]
     Corrupt(String),
 }
@@ -58,10 +54,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(pool: PgPool, registry: Registry) -> Self {
-        Self {
-            pool,
-            registry: Arc::new(registry),
-        }
+        Self { pool, registry: Arc::new(registry) }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -81,20 +74,11 @@ impl Engine {
     }
 
     /// Creates jobs inside the caller's transaction; they exist once it commits.
-    pub async fn enqueue_in(
-        &self,
-        conn: &mut PgConnection,
-        jobs: &[NewJob],
-    ) -> Result<Vec<Enqueued>, EngineError> {
+    pub async fn enqueue_in(&self, conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>, EngineError> {
         store::enqueue(conn, &self.registry, jobs).await
     }
 
-    pub async fn cancel(
-        &self,
-        id: i64,
-        actor: &Actor,
-        reason: Option<&str>,
-    ) -> Result<Job, EngineError> {
+    pub async fn cancel(&self, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
         ops::cancel(&self.pool, id, actor, reason).await
     }
 

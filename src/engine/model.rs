@@ -58,10 +58,7 @@ impl fmt::Display for JobState {
 impl FromStr for JobState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown job state {s:?}"))
+        Self::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| format!("unknown job state {s:?}"))
     }
 }
 

@@ -6,7 +6,8 @@ use time::OffsetDateTime;
 use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
 use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
 
-const JOB_COLUMNS: &str = "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
+const JOB_COLUMNS: &str =
+    "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
      lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
 
 /// Locks the job and checks that `action` may act on its state.
@@ -16,11 +17,10 @@ async fn lock(
     action: &'static str,
     allowed: &[JobState],
 ) -> Result<(JobState, String), EngineError> {
-    let row: Option<(String, String)> =
-        sqlx::query_as("select state, step from jobs where id = $1 for update")
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let row: Option<(String, String)> = sqlx::query_as("select state, step from jobs where id = $1 for update")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
     let (state, step) = row.ok_or(EngineError::NotFound(id))?;
     let state: JobState = state.parse().map_err(EngineError::Corrupt)?;
     if !allowed.contains(&state) {
@@ -52,35 +52,16 @@ async fn record(
     Ok(())
 }
 
-async fn notify(
-    tx: &mut Transaction<'_, Postgres>,
-    channel: &str,
-    payload: &str,
-) -> Result<(), EngineError> {
-    sqlx::query("select pg_notify($1, $2)")
-        .bind(channel)
-        .bind(payload)
-        .execute(&mut **tx)
-        .await?;
+async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str, payload: &str) -> Result<(), EngineError> {
+    sqlx::query("select pg_notify($1, $2)").bind(channel).bind(payload).execute(&mut **tx).await?;
     Ok(())
 }
 
 /// Cancels an unfinished job. A step that is running is told to stop, and its result is refused.
-pub async fn cancel(
-    pool: &PgPool,
-    id: i64,
-    actor: &Actor,
-    reason: Option<&str>,
-) -> Result<Job, EngineError> {
+pub async fn cancel(pool: &PgPool, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
     use JobState::*;
     let mut tx = pool.begin().await?;
-    let (from, step) = lock(
-        &mut tx,
-        id,
-        "cancel",
-        &[Pending, Running, Waiting, NeedsApproval, Failed],
-    )
-    .await?;
+    let (from, step) = lock(&mut tx, id, "cancel", &[Pending, Running, Waiting, NeedsApproval, Failed]).await?;
     sqlx::query(
         "update jobs set state = 'cancelled', lease_owner = null, finished_at = now(), updated_at = now()
          where id = $1",
@@ -116,16 +97,7 @@ pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineE
     .bind(id)
     .execute(&mut *tx)
     .await?;
-    record(
-        &mut tx,
-        id,
-        from,
-        JobState::Pending,
-        &step,
-        actor,
-        Some("retry from the failed step"),
-    )
-    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("retry from the failed step")).await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
     commit_returning(tx, id).await
 }
@@ -143,26 +115,15 @@ pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, Engin
     .bind(actor.as_str())
     .execute(&mut *tx)
     .await?;
-    record(
-        &mut tx,
-        id,
-        from,
-        JobState::Pending,
-        &step,
-        actor,
-        Some("approved"),
-    )
-    .await?;
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("approved")).await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
     commit_returning(tx, id).await
 }
 
 /// Commits and returns the job as this transaction left it (a worker may change it right after).
 async fn commit_returning(mut tx: Transaction<'_, Postgres>, id: i64) -> Result<Job, EngineError> {
-    let job = sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1"))
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
+    let job =
+        sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1")).bind(id).fetch_one(&mut *tx).await?;
     tx.commit().await?;
     Ok(job)
 }
@@ -192,10 +153,7 @@ pub struct JobFilter {
 
 pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError> {
     let (exact, prefix) = match f.subject.as_deref() {
-        Some(s) if s.ends_with('/') => (
-            None,
-            Some(format!("{}%", s.replace('%', "\\%").replace('_', "\\_"))),
-        ),
+        Some(s) if s.ends_with('/') => (None, Some(format!("{}%", s.replace('%', "\\%").replace('_', "\\_")))),
         other => (other, None),
     };
     let rows = sqlx::query_as(&format!(
@@ -220,21 +178,11 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
 }
 
 pub async fn step_runs(pool: &PgPool, id: i64) -> Result<Vec<StepRun>, EngineError> {
-    Ok(
-        sqlx::query_as("select * from step_runs where job_id = $1 order by id")
-            .bind(id)
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_as("select * from step_runs where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
 }
 
 pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError> {
-    Ok(
-        sqlx::query_as("select * from job_events where job_id = $1 order by id")
-            .bind(id)
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_as("select * from job_events where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
 }
 
 /// Jobs changed after `since` (oldest change first), for live views.

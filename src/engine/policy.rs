@@ -68,9 +68,7 @@ mod tests {
     #[test]
     fn schedule_grows_by_factor_and_is_capped() {
         let p = policy();
-        let got: Vec<u64> = (1..=5)
-            .map(|a| p.base_delay(a).as_millis() as u64)
-            .collect();
+        let got: Vec<u64> = (1..=5).map(|a| p.base_delay(a).as_millis() as u64).collect();
         assert_eq!(got, vec![1_000, 3_000, 9_000, 10_000, 10_000]);
     }
 
@@ -81,10 +79,7 @@ mod tests {
         assert_eq!(p.delay(2, 1.0), Duration::from_millis(3_000));
         for i in 0..100 {
             let d = p.delay(3, fastrand::f64());
-            assert!(
-                d >= Duration::from_millis(4_500) && d <= Duration::from_millis(9_000),
-                "draw {i}: {d:?}"
-            );
+            assert!(d >= Duration::from_millis(4_500) && d <= Duration::from_millis(9_000), "draw {i}: {d:?}");
         }
     }
 

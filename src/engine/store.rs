@@ -28,14 +28,7 @@ pub struct NewJob {
 
 impl NewJob {
     pub fn new(kind: &str, subject: &str, input: Value, actor: Actor) -> Self {
-        Self {
-            kind: kind.into(),
-            subject: subject.into(),
-            dedupe_key: None,
-            input,
-            run_at: None,
-            actor,
-        }
+        Self { kind: kind.into(), subject: subject.into(), dedupe_key: None, input, run_at: None, actor }
     }
     pub fn dedupe(mut self, key: impl Into<String>) -> Self {
         self.dedupe_key = Some(key.into());
@@ -67,9 +60,7 @@ pub async fn enqueue(
     }
     let mut first_steps = Vec::with_capacity(jobs.len());
     for j in jobs {
-        let flow = registry
-            .get(&j.kind)
-            .ok_or_else(|| EngineError::UnknownKind(j.kind.clone()))?;
+        let flow = registry.get(&j.kind).ok_or_else(|| EngineError::UnknownKind(j.kind.clone()))?;
         first_steps.push(flow.steps()[0]);
     }
     let subjects: Vec<&str> = jobs.iter().map(|j| j.subject.as_str()).collect();
@@ -122,20 +113,13 @@ pub async fn enqueue(
             continue;
         }
         // Not inserted: an unfinished job holds the dedupe key (perhaps one of this batch).
-        let key = job
-            .dedupe_key
-            .as_deref()
-            .expect("only a dedupe conflict skips a row");
-        let existing: i64 = sqlx::query_scalar(
-            "select id from jobs where dedupe_key = $1 and state not in ('succeeded', 'cancelled')",
-        )
-        .bind(key)
-        .fetch_one(&mut *conn)
-        .await?;
-        out.push(Enqueued {
-            id: existing,
-            created: false,
-        });
+        let key = job.dedupe_key.as_deref().expect("only a dedupe conflict skips a row");
+        let existing: i64 =
+            sqlx::query_scalar("select id from jobs where dedupe_key = $1 and state not in ('succeeded', 'cancelled')")
+                .bind(key)
+                .fetch_one(&mut *conn)
+                .await?;
+        out.push(Enqueued { id: existing, created: false });
     }
     Ok(out)
 }
@@ -253,14 +237,8 @@ pub struct StepWrite {
 /// Writes results of many attempts in one statement. Each write is fenced by the attempt it
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
-pub async fn write_results(
-    pool: &PgPool,
-    owner: &str,
-    writes: &[StepWrite],
-) -> Result<Vec<i64>, EngineError> {
-    let closes = writes
-        .iter()
-        .any(|w| matches!(w.new_state, "succeeded" | "failed"));
+pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
+    let closes = writes.iter().any(|w| matches!(w.new_state, "succeeded" | "failed"));
     let ids = sqlx::query_scalar(
         "with v as (
            select * from unnest($2::bigint[], $3::int[], $4::int[], $5::text[], $6::text[], $7::int[],
@@ -363,11 +341,7 @@ pub(crate) async fn renew(
 }
 
 /// Gives steps back at shutdown: they become due at once for any worker.
-pub(crate) async fn release(
-    pool: &PgPool,
-    owner: &str,
-    held: &[(i64, i32, i32)],
-) -> Result<u64, EngineError> {
+pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]) -> Result<u64, EngineError> {
     let done = sqlx::query(
         "with v as (select * from unnest($2::bigint[], $3::int[], $4::int[]) v(id, step_index, attempt)),
          r as (

@@ -93,20 +93,13 @@ pub async fn run(
     // Drain: running steps may finish within the grace period.
     let grace = shared.cfg.shutdown_grace;
     let all = u32::try_from(shared.cfg.concurrency).unwrap_or(u32::MAX);
-    let drained = tokio::time::timeout(grace, sem.acquire_many(all))
-        .await
-        .is_ok();
+    let drained = tokio::time::timeout(grace, sem.acquire_many(all)).await.is_ok();
     if !drained {
         let held: Vec<(i64, i32, i32)> = {
             let map = shared.inflight.lock().expect("inflight lock");
-            map.iter()
-                .map(|(id, f)| (*id, f.step_index, f.attempt))
-                .collect()
+            map.iter().map(|(id, f)| (*id, f.step_index, f.attempt)).collect()
         };
-        tracing::warn!(
-            steps = held.len(),
-            "grace period over: stopping running steps and releasing their leases"
-        );
+        tracing::warn!(steps = held.len(), "grace period over: stopping running steps and releasing their leases");
         for f in shared.inflight.lock().expect("inflight lock").values() {
             f.cancel.cancel();
         }
@@ -150,15 +143,7 @@ async fn claim_loop(
             }
         }
         let asked = permits.len();
-        let claimed = match store::claim(
-            &shared.pool,
-            &shared.cfg.id,
-            shared.cfg.lease,
-            &kinds,
-            asked,
-        )
-        .await
-        {
+        let claimed = match store::claim(&shared.pool, &shared.cfg.id, shared.cfg.lease, &kinds, asked).await {
             Ok(c) => {
                 db_backoff = Duration::from_millis(100);
                 c
@@ -176,14 +161,11 @@ async fn claim_loop(
         shared.stats.claimed.fetch_add(got as u64, Relaxed);
         for (c, permit) in claimed.into_iter().zip(permits.drain(..)) {
             let cancel = CancellationToken::new();
-            shared.inflight.lock().expect("inflight lock").insert(
-                c.id,
-                InFlight {
-                    step_index: c.step_index,
-                    attempt: c.attempt,
-                    cancel: cancel.clone(),
-                },
-            );
+            shared
+                .inflight
+                .lock()
+                .expect("inflight lock")
+                .insert(c.id, InFlight { step_index: c.step_index, attempt: c.attempt, cancel: cancel.clone() });
             tasks.spawn(run_job(shared.clone(), writes.clone(), c, cancel, permit));
         }
         drop(permits);
@@ -224,11 +206,7 @@ async fn run_job(
         let steps = flow.steps();
         let idx = c.step_index as usize;
         if idx >= steps.len() {
-            tracing::error!(
-                job = c.id,
-                step_index = idx,
-                "step index beyond the flow's steps"
-            );
+            tracing::error!(job = c.id, step_index = idx, "step index beyond the flow's steps");
             shared.inflight.lock().expect("inflight lock").remove(&c.id);
             return;
         }
@@ -270,8 +248,7 @@ async fn run_job(
             _ => 0,
         };
         let (reply, accepted) = oneshot::channel();
-        let next = (write.new_state == "running")
-            .then(|| (write.new_step_index, write.step, write.output.clone()));
+        let next = (write.new_state == "running").then(|| (write.new_step_index, write.step, write.output.clone()));
         if let Some(err) = &write.error {
             tracing::info!(parent: &span, outcome = write.outcome, error = %err, "step finished");
         } else {
@@ -286,8 +263,7 @@ async fn run_job(
             return;
         };
         // The result is committed and the lease extended: go on with the next step here.
-        c.outputs
-            .insert(done_step.to_string(), output.unwrap_or_default());
+        c.outputs.insert(done_step.to_string(), output.unwrap_or_default());
         c.step_index = new_index;
         c.attempt = 1;
         c.attempt_floor = 0;
@@ -356,10 +332,7 @@ async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite, oneshot::
             }
         }
         // A retry or timer written here may be due before the claimer's next look: let it recompute.
-        if writes
-            .iter()
-            .any(|w| matches!(w.new_state, "pending" | "waiting"))
-        {
+        if writes.iter().any(|w| matches!(w.new_state, "pending" | "waiting")) {
             s.wake.notify_one();
         }
         for (w, reply) in batch.drain(..) {
@@ -396,9 +369,7 @@ async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! { _ = tokio::time::sleep(every) => {}, _ = stop.cancelled() => return }
         let held: Vec<(i64, i32, i32)> = {
             let map = shared.inflight.lock().expect("inflight lock");
-            map.iter()
-                .map(|(id, f)| (*id, f.step_index, f.attempt))
-                .collect()
+            map.iter().map(|(id, f)| (*id, f.step_index, f.attempt)).collect()
         };
         if held.is_empty() {
             continue;
@@ -409,10 +380,7 @@ async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                 for id in lost {
                     if let Some(f) = map.get(&id) {
                         shared.stats.leases_lost.fetch_add(1, Relaxed);
-                        tracing::warn!(
-                            job = id,
-                            "lost the lease (cancelled or taken over): stopping the step"
-                        );
+                        tracing::warn!(job = id, "lost the lease (cancelled or taken over): stopping the step");
                         f.cancel.cancel();
                     }
                 }

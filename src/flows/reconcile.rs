@@ -14,8 +14,7 @@ use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Trans
 use crate::names::{SlurmAccount, Username};
 use crate::reconcile::plan::{self, Action, Op};
 use crate::reconcile::{
-    RECONCILE_FULL, RECONCILE_HOLD, RECONCILE_TENANT, RECONCILE_USER, Reconciler, USER_OFFBOARD,
-    USER_ONBOARD, full_job,
+    RECONCILE_FULL, RECONCILE_HOLD, RECONCILE_TENANT, RECONCILE_USER, Reconciler, USER_OFFBOARD, USER_ONBOARD, full_job,
 };
 
 fn policy() -> RetryPolicy {
@@ -54,13 +53,8 @@ pub fn job_for(a: &Action, cause: &str) -> NewJob {
         input["uid_number"] = json!(m.uid_number);
         input["gid_number"] = json!(m.gid_number);
     }
-    NewJob::new(
-        kind,
-        &format!("{}/{}", a.tenant, a.username),
-        input,
-        Actor::reconciler(),
-    )
-    .dedupe(format!("{kind}:{}/{}", a.account, a.username))
+    NewJob::new(kind, &format!("{}/{}", a.tenant, a.username), input, Actor::reconciler())
+        .dedupe(format!("{kind}:{}/{}", a.account, a.username))
 }
 
 /// Enqueues the actions' jobs; returns what became of each.
@@ -68,16 +62,9 @@ async fn enqueue(r: &Reconciler, actions: &[Action], cause: &str) -> Result<Vec<
     let Some(engine) = r.engine() else {
         return Err("the reconciler is not attached to an engine".into());
     };
-    let (known, unknown): (Vec<&Action>, Vec<&Action>) = actions.iter().partition(|a| {
-        engine
-            .registry()
-            .get(if a.op == Op::Onboard {
-                USER_ONBOARD
-            } else {
-                USER_OFFBOARD
-            })
-            .is_some()
-    });
+    let (known, unknown): (Vec<&Action>, Vec<&Action>) = actions
+        .iter()
+        .partition(|a| engine.registry().get(if a.op == Op::Onboard { USER_ONBOARD } else { USER_OFFBOARD }).is_some());
     let jobs: Vec<NewJob> = known.iter().map(|a| job_for(a, cause)).collect();
     let done = engine.enqueue(&jobs).await.map_err(|e| e.to_string())?;
     let mut out: Vec<Value> = known
@@ -138,37 +125,24 @@ impl Flow for ReconcileUser {
                 Err(AuthentikError::NotFound(_)) => None,
                 Err(e) => return retry_or_give_up(ctx, e.to_string()),
             };
-            let name = user
-                .as_ref()
-                .map(|u| u.username.clone())
-                .or(input.username.clone());
+            let name = user.as_ref().map(|u| u.username.clone()).or(input.username.clone());
             let Some(name) = name else {
                 // Only a pk, and Authentik no longer knows it: which cluster user it was is only
                 // answerable by looking at everything.
                 let Some(engine) = r.engine() else {
                     return Transition::Fail("not attached to an engine".into());
                 };
-                let cause = format!(
-                    "user pk {} missing in Authentik",
-                    input.pk.unwrap_or_default()
-                );
-                return match engine
-                    .enqueue(&[full_job(Actor::reconciler(), &cause)])
-                    .await
-                {
-                    Ok(e) => {
-                        Transition::Done(json!({ "decision": "full_reconcile", "job": e[0].id,
-                        "reason": format!("{cause} (deleted?): a full reconcile finds its associations") }))
-                    }
+                let cause = format!("user pk {} missing in Authentik", input.pk.unwrap_or_default());
+                return match engine.enqueue(&[full_job(Actor::reconciler(), &cause)]).await {
+                    Ok(e) => Transition::Done(json!({ "decision": "full_reconcile", "job": e[0].id,
+                        "reason": format!("{cause} (deleted?): a full reconcile finds its associations") })),
                     Err(e) => retry_or_give_up(ctx, e.to_string()),
                 };
             };
             let username = match Username::parse(&name) {
                 Ok(u) => u,
                 Err(e) => {
-                    return Transition::Done(
-                        json!({ "decision": "ignored", "reason": e.to_string() }),
-                    );
+                    return Transition::Done(json!({ "decision": "ignored", "reason": e.to_string() }));
                 }
             };
             let accounts = r.tenants.all_accounts();
@@ -177,11 +151,10 @@ impl Flow for ReconcileUser {
                 Err(e) => return retry_or_give_up(ctx, e.to_string()),
             };
             let (mut actions, reason) = plan::plan_user(&r.tenants, user.as_ref(), &username, &actual);
-            let restored =
-                match restore_readded(r, user.as_ref(), &username, &actual, &mut actions).await {
-                    Ok(v) => v,
-                    Err(e) => return retry_or_give_up(ctx, e),
-                };
+            let restored = match restore_readded(r, user.as_ref(), &username, &actual, &mut actions).await {
+                Ok(v) => v,
+                Err(e) => return retry_or_give_up(ctx, e),
+            };
             let decision = match actions.iter().map(|a| a.op).collect::<Vec<_>>().as_slice() {
                 [] => "nothing",
                 ops if ops.iter().all(|o| *o == Op::Onboard) => "onboard",
@@ -273,11 +246,7 @@ pub struct ReconcileTenants {
 
 impl Flow for ReconcileTenants {
     fn kind(&self) -> &'static str {
-        if self.full {
-            RECONCILE_FULL
-        } else {
-            RECONCILE_TENANT
-        }
+        if self.full { RECONCILE_FULL } else { RECONCILE_TENANT }
     }
     fn steps(&self) -> &'static [&'static str] {
         &["reconcile"]
@@ -292,11 +261,7 @@ impl Flow for ReconcileTenants {
                 Err(t) => return t,
             };
             let r = &self.reconciler;
-            let names = if self.full {
-                None
-            } else {
-                input.tenants.clone()
-            };
+            let names = if self.full { None } else { input.tenants.clone() };
             match reconcile_tenants(r, names.as_deref(), &input.cause, Some(r.brake), None).await {
                 Ok(v) => Transition::Done(v),
                 Err(e) => retry_or_give_up(ctx, e),
@@ -314,12 +279,8 @@ async fn reconcile_tenants(
     brake: Option<plan::Brake>,
     only: Option<&[(SlurmAccount, Username)]>,
 ) -> Result<Value, String> {
-    let tenants: Vec<_> = r
-        .tenants
-        .tenants
-        .iter()
-        .filter(|t| names.is_none_or(|n| n.iter().any(|x| x == t.name.as_str())))
-        .collect();
+    let tenants: Vec<_> =
+        r.tenants.tenants.iter().filter(|t| names.is_none_or(|n| n.iter().any(|x| x == t.name.as_str()))).collect();
     let mut report = vec![];
     let mut ready = vec![];
     for t in tenants {
@@ -344,16 +305,11 @@ async fn reconcile_tenants(
         }
     }
     let accounts: Vec<SlurmAccount> = ready.iter().flat_map(|(t, _)| t.accounts()).collect();
-    let actual = r
-        .cluster
-        .associations(&accounts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let actual = r.cluster.associations(&accounts).await.map_err(|e| e.to_string())?;
     for (t, members) in ready {
         let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, brake);
         if let Some(only) = only {
-            p.offboard
-                .retain(|a| only.contains(&(a.account.clone(), a.username.clone())));
+            p.offboard.retain(|a| only.contains(&(a.account.clone(), a.username.clone())));
         }
         let mut actions = p.onboard.clone();
         actions.extend(p.offboard.iter().cloned());
@@ -361,11 +317,8 @@ async fn reconcile_tenants(
         let mut hold = Value::Null;
         if let Some(reason) = &p.brake_reason {
             tracing::warn!(tenant = %t.name, "{reason}");
-            let held: Vec<Value> = p
-                .held
-                .iter()
-                .map(|a| json!({ "account": a.account, "username": a.username }))
-                .collect();
+            let held: Vec<Value> =
+                p.held.iter().map(|a| json!({ "account": a.account, "username": a.username })).collect();
             let job = NewJob::new(
                 RECONCILE_HOLD,
                 &format!("reconcile/hold/{}", t.name),
@@ -427,21 +380,12 @@ impl Flow for ReconcileHold {
                 return if ctx.approved() {
                     Transition::Done(json!({ "approved_by": ctx.approved_by }))
                 } else {
-                    Transition::NeedsApproval(format!(
-                        "{} (held: {})",
-                        input.reason,
-                        input.held.len()
-                    ))
+                    Transition::NeedsApproval(format!("{} (held: {})", input.reason, input.held.len()))
                 };
             }
-            let only: Vec<(SlurmAccount, Username)> = input
-                .held
-                .into_iter()
-                .map(|h| (h.account, h.username))
-                .collect();
+            let only: Vec<(SlurmAccount, Username)> = input.held.into_iter().map(|h| (h.account, h.username)).collect();
             let cause = format!("approved hold job {}", ctx.job_id);
-            match reconcile_tenants(&self.0, Some(&[input.tenant]), &cause, None, Some(&only)).await
-            {
+            match reconcile_tenants(&self.0, Some(&[input.tenant]), &cause, None, Some(&only)).await {
                 Ok(v) => Transition::Done(v),
                 Err(e) => retry_or_give_up(ctx, e),
             }

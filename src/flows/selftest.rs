@@ -41,10 +41,7 @@ struct Input {
 pub struct SelfTest;
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Flow for SelfTest {
@@ -79,10 +76,7 @@ impl Flow for SelfTest {
                         return Transition::Wait(Duration::from_millis(input.wait_ms));
                     }
                     if ctx.attempt <= input.fail_attempts {
-                        return Transition::Retry(format!(
-                            "selftest: injected failure {}",
-                            ctx.attempt
-                        ));
+                        return Transition::Retry(format!("selftest: injected failure {}", ctx.attempt));
                     }
                     let started_ms = now_ms();
                     if ctx.attempt <= input.block_attempts {

@@ -62,11 +62,8 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
-        let ip = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip())
-            .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let ip =
+            parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
         if let Some(left) = state.limiter.blocked(ip) {
             let mut p = Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -87,12 +84,10 @@ impl FromRequestParts<AppState> for Auth {
         let principal = if token.is_empty() {
             None
         } else {
-            auth::authenticate(state.engine.pool(), token)
-                .await
-                .map_err(|e| {
-                    tracing::error!(error = %e, "token lookup failed");
-                    Problem::internal()
-                })?
+            auth::authenticate(state.engine.pool(), token).await.map_err(|e| {
+                tracing::error!(error = %e, "token lookup failed");
+                Problem::internal()
+            })?
         };
         match principal {
             Some(p) => Ok(Auth(p)),

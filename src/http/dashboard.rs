@@ -14,15 +14,9 @@ const STYLE: &str = include_str!("assets/app.css");
 pub fn routes() -> Vec<Route> {
     vec![
         route(Method::GET, "/", || async { Redirect::to("/dashboard") }),
-        route(Method::GET, "/dashboard", || async {
-            asset("text/html; charset=utf-8", INDEX)
-        }),
-        route(Method::GET, "/dashboard/app.js", || async {
-            asset("text/javascript; charset=utf-8", SCRIPT)
-        }),
-        route(Method::GET, "/dashboard/app.css", || async {
-            asset("text/css; charset=utf-8", STYLE)
-        }),
+        route(Method::GET, "/dashboard", || async { asset("text/html; charset=utf-8", INDEX) }),
+        route(Method::GET, "/dashboard/app.js", || async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        route(Method::GET, "/dashboard/app.css", || async { asset("text/css; charset=utf-8", STYLE) }),
     ]
 }
 
@@ -32,10 +26,7 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
             (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; frame-ancestors 'none'",
-            ),
+            (header::CONTENT_SECURITY_POLICY, "default-src 'self'; frame-ancestors 'none'"),
         ],
         body,
     )

@@ -6,24 +6,13 @@ use axum::http::{Method, StatusCode};
 use super::{AppState, Problem, Route, route};
 
 pub fn routes() -> Vec<Route> {
-    vec![
-        route(Method::GET, "/healthz", || async { "ok\n" }),
-        route(Method::GET, "/readyz", ready),
-    ]
+    vec![route(Method::GET, "/healthz", || async { "ok\n" }), route(Method::GET, "/readyz", ready)]
 }
 
 async fn ready(State(s): State<AppState>) -> Result<&'static str, Problem> {
-    sqlx::query("select 1")
-        .execute(s.engine.pool())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "readiness: database unreachable");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not-ready",
-                "Not ready",
-                "the database does not answer",
-            )
-        })?;
+    sqlx::query("select 1").execute(s.engine.pool()).await.map_err(|e| {
+        tracing::warn!(error = %e, "readiness: database unreachable");
+        Problem::new(StatusCode::SERVICE_UNAVAILABLE, "not-ready", "Not ready", "the database does not answer")
+    })?;
     Ok("ready\n")
 }

@@ -51,18 +51,9 @@ struct ListQuery {
     limit: Option<u32>,
 }
 
-async fn list(
-    auth: Auth,
-    State(s): State<AppState>,
-    Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
-    let state = q
-        .state
-        .as_deref()
-        .map(str::parse::<JobState>)
-        .transpose()
-        .map_err(Problem::bad_request)?;
+    let state = q.state.as_deref().map(str::parse::<JobState>).transpose().map_err(Problem::bad_request)?;
     let tenant = match (&p.tenant, q.tenant) {
         (Some(own), Some(asked)) if *own != asked => {
             return Ok(Json(json!({ "jobs": [], "next": null })));
@@ -80,44 +71,25 @@ async fn list(
         (None, None, _) => None,
     };
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let filter = JobFilter {
-        state,
-        kind: q.kind,
-        subject,
-        tenant,
-        created_since: q.created_since,
-        before_id: q.before,
-        limit,
-    };
+    let filter =
+        JobFilter { state, kind: q.kind, subject, tenant, created_since: q.created_since, before_id: q.before, limit };
     let jobs = s.engine.list(&filter).await?;
-    let next = (jobs.len() == limit as usize)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
+    let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
     Ok(Json(json!({ "jobs": jobs, "next": next })))
 }
 
 /// The job, if the caller may see it; otherwise "not found", as if it did not exist.
 async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     let job = s.engine.job(id).await?;
-    if p.sees(&job.tenant) {
-        Ok(job)
-    } else {
-        Err(Problem::not_found(format!("job {id} not found")))
-    }
+    if p.sees(&job.tenant) { Ok(job) } else { Err(Problem::not_found(format!("job {id} not found"))) }
 }
 
-async fn show(
-    auth: Auth,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Value>, Problem> {
+async fn show(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let job = visible(&s, p, id).await?;
     let steps = s.engine.step_runs(id).await?;
     let events = s.engine.events(id).await?;
-    Ok(Json(
-        json!({ "job": job, "steps": steps, "events": events }),
-    ))
+    Ok(Json(json!({ "job": job, "steps": steps, "events": events })))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,26 +106,16 @@ async fn cancel(
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     let reason = body.and_then(|b| b.0.reason);
-    Ok(Json(
-        s.engine.cancel(id, &p.actor(), reason.as_deref()).await?,
-    ))
+    Ok(Json(s.engine.cancel(id, &p.actor(), reason.as_deref()).await?))
 }
 
-async fn retry(
-    auth: Auth,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Job>, Problem> {
+async fn retry(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.retry(id, &p.actor()).await?))
 }
 
-async fn approve(
-    auth: Auth,
-    State(s): State<AppState>,
-    Path(id): Path<i64>,
-) -> Result<Json<Job>, Problem> {
+async fn approve(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.approve(id, &p.actor()).await?))
@@ -171,13 +133,7 @@ async fn stream(
         .fetch_one(s.engine.pool())
         .await
         .map_err(|e| Problem::from(crate::engine::EngineError::from(e)))?;
-    let feed = Feed {
-        s,
-        p,
-        since: start,
-        sent: HashMap::new(),
-        queue: Vec::new(),
-    };
+    let feed = Feed { s, p, since: start, sent: HashMap::new(), queue: Vec::new() };
     Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(KeepAlive::default()))
 }
 
@@ -199,12 +155,7 @@ impl Feed {
                 return Some((Ok(e), self));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let jobs = match self
-                .s
-                .engine
-                .changed_since(self.since - OVERLAP, self.p.tenant.as_deref(), 500)
-                .await
-            {
+            let jobs = match self.s.engine.changed_since(self.since - OVERLAP, self.p.tenant.as_deref(), 500).await {
                 Ok(j) => j,
                 Err(e) => {
                     tracing::warn!(error = %e, "job stream: query failed");

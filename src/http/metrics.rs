@@ -17,61 +17,25 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem
     let st = &s.stats;
     let mut out = String::new();
     for (name, help, v) in [
-        (
-            "onramp_steps_claimed_total",
-            "Steps claimed by this process.",
-            &st.claimed,
-        ),
-        (
-            "onramp_steps_done_total",
-            "Steps that finished with done.",
-            &st.steps_done,
-        ),
-        (
-            "onramp_steps_retried_total",
-            "Step attempts that asked for a retry.",
-            &st.steps_retried,
-        ),
-        (
-            "onramp_steps_failed_total",
-            "Step attempts that failed permanently.",
-            &st.steps_failed,
-        ),
-        (
-            "onramp_leases_lost_total",
-            "Running steps stopped because their lease was lost.",
-            &st.leases_lost,
-        ),
-        (
-            "onramp_results_refused_total",
-            "Step results refused by attempt fencing.",
-            &st.reclaimed_writes_refused,
-        ),
-        (
-            "onramp_db_errors_total",
-            "Database errors seen by the worker.",
-            &st.db_errors,
-        ),
+        ("onramp_steps_claimed_total", "Steps claimed by this process.", &st.claimed),
+        ("onramp_steps_done_total", "Steps that finished with done.", &st.steps_done),
+        ("onramp_steps_retried_total", "Step attempts that asked for a retry.", &st.steps_retried),
+        ("onramp_steps_failed_total", "Step attempts that failed permanently.", &st.steps_failed),
+        ("onramp_leases_lost_total", "Running steps stopped because their lease was lost.", &st.leases_lost),
+        ("onramp_results_refused_total", "Step results refused by attempt fencing.", &st.reclaimed_writes_refused),
+        ("onramp_db_errors_total", "Database errors seen by the worker.", &st.db_errors),
     ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-            v.load(Relaxed)
-        );
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
     }
     if let Some(intake) = &s.intake {
         intake.stats.render(&mut out);
     }
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state",
-    )
-    .fetch_all(s.engine.pool())
-    .await
-    .map_err(|e| Problem::from(crate::engine::EngineError::from(e)))?;
-    let _ = writeln!(
-        out,
-        "# HELP onramp_jobs_open Unfinished jobs by state.\n# TYPE onramp_jobs_open gauge"
-    );
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state")
+            .fetch_all(s.engine.pool())
+            .await
+            .map_err(|e| Problem::from(crate::engine::EngineError::from(e)))?;
+    let _ = writeln!(out, "# HELP onramp_jobs_open Unfinished jobs by state.\n# TYPE onramp_jobs_open gauge");
     for state in ["pending", "running", "waiting", "needs_approval", "failed"] {
         let n = rows.iter().find(|(s, _)| s == state).map_or(0, |r| r.1);
         let _ = writeln!(out, "onramp_jobs_open{{state=\"{state}\"}} {n}");

@@ -37,12 +37,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(engine: Engine, stats: Arc<WorkerStats>) -> Self {
-        Self {
-            engine,
-            stats,
-            limiter: Arc::new(AuthLimiter::default()),
-            intake: None,
-        }
+        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None }
     }
 }
 
@@ -59,23 +54,13 @@ where
     T: 'static,
 {
     let filter = MethodFilter::try_from(method.clone()).expect("a standard method");
-    Route {
-        method,
-        path,
-        handler: on(filter, handler),
-    }
+    Route { method, path, handler: on(filter, handler) }
 }
 
 /// Every route onramp serves.
 pub fn routes() -> Vec<Route> {
-    let areas = [
-        health::routes(),
-        metrics::routes(),
-        jobs::routes(),
-        tokens::routes(),
-        webhook::routes(),
-        dashboard::routes(),
-    ];
+    let areas =
+        [health::routes(), metrics::routes(), jobs::routes(), tokens::routes(), webhook::routes(), dashboard::routes()];
     areas.into_iter().flatten().collect()
 }
 
@@ -84,18 +69,11 @@ pub fn router(state: AppState) -> Router {
     for route in routes() {
         r = r.route(route.path, route.handler);
     }
-    r.fallback(|| async { Problem::not_found("no such route") })
-        .with_state(state)
+    r.fallback(|| async { Problem::not_found("no such route") }).with_state(state)
 }
 
 /// Serves until `shutdown` is cancelled, then finishes the requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

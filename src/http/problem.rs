@@ -21,12 +21,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(
-        status: StatusCode,
-        kind: &str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Self {
         Self {
             kind: format!("urn:onramp:problem:{kind}"),
             title,
@@ -39,28 +34,13 @@ impl Problem {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
     }
     pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Unauthorized",
-            "a valid bearer token is required",
-        )
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", "a valid bearer token is required")
     }
     pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "bad-request",
-            "Bad request",
-            detail,
-        )
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", "Bad request", detail)
     }
     pub fn internal() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal error",
-            "see the service's log",
-        )
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "see the service's log")
     }
 }
 
@@ -70,10 +50,7 @@ impl IntoResponse for Problem {
         let retry_after = self.retry_after;
         let mut res = (status, Json(self)).into_response();
         let headers = res.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(secs) = retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -85,12 +62,9 @@ impl From<EngineError> for Problem {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::NotFound(id) => Problem::not_found(format!("job {id} not found")),
-            e @ EngineError::InvalidState { .. } => Problem::new(
-                StatusCode::CONFLICT,
-                "invalid-state",
-                "Not possible in the job's state",
-                e.to_string(),
-            ),
+            e @ EngineError::InvalidState { .. } => {
+                Problem::new(StatusCode::CONFLICT, "invalid-state", "Not possible in the job's state", e.to_string())
+            }
             e @ EngineError::UnknownKind(_) => Problem::bad_request(e.to_string()),
             e => {
                 tracing::error!(error = %e, "request failed");

@@ -24,12 +24,9 @@ pub fn routes() -> Vec<Route> {
 impl From<TokenError> for Problem {
     fn from(e: TokenError) -> Self {
         match e {
-            e @ TokenError::NameTaken(_) => Problem::new(
-                StatusCode::CONFLICT,
-                "token-exists",
-                "Token exists",
-                e.to_string(),
-            ),
+            e @ TokenError::NameTaken(_) => {
+                Problem::new(StatusCode::CONFLICT, "token-exists", "Token exists", e.to_string())
+            }
             e @ TokenError::BadName(_) => Problem::bad_request(e.to_string()),
             e @ TokenError::NotFound(_) => Problem::not_found(e.to_string()),
             TokenError::Db(e) => Problem::from(crate::engine::EngineError::from(e)),
@@ -39,13 +36,8 @@ impl From<TokenError> for Problem {
 
 async fn list(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Admin)?;
-    let tokens = auth::list(s.engine.pool())
-        .await
-        .map_err(TokenError::from)?;
-    let tokens: Vec<_> = tokens
-        .into_iter()
-        .filter(|t| p.tenant.is_none() || t.tenant == p.tenant)
-        .collect();
+    let tokens = auth::list(s.engine.pool()).await.map_err(TokenError::from)?;
+    let tokens: Vec<_> = tokens.into_iter().filter(|t| p.tenant.is_none() || t.tenant == p.tenant).collect();
     Ok(Json(json!({ "tokens": tokens })))
 }
 
@@ -66,12 +58,8 @@ async fn create(
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let p = auth.require(Role::Admin)?;
     let role: Role = b.role.parse().map_err(Problem::bad_request)?;
-    let tenant = b
-        .tenant
-        .as_deref()
-        .map(TenantName::parse)
-        .transpose()
-        .map_err(|e| Problem::bad_request(e.to_string()))?;
+    let tenant =
+        b.tenant.as_deref().map(TenantName::parse).transpose().map_err(|e| Problem::bad_request(e.to_string()))?;
     if let Some(own) = &p.tenant
         && tenant.as_ref().map(TenantName::as_str) != Some(own.as_str())
     {
@@ -89,15 +77,7 @@ async fn create(
         }
         None => None,
     };
-    let token = auth::create(
-        s.engine.pool(),
-        &b.name,
-        role,
-        tenant.as_ref(),
-        expires_at,
-        &p.actor(),
-    )
-    .await?;
+    let token = auth::create(s.engine.pool(), &b.name, role, tenant.as_ref(), expires_at, &p.actor()).await?;
     let body = json!({
         "name": b.name, "role": role, "tenant": tenant, "token": token.expose(),
         "expires_at": expires_at.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
@@ -105,20 +85,11 @@ async fn create(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
-async fn revoke(
-    auth: Auth,
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-) -> Result<StatusCode, Problem> {
+async fn revoke(auth: Auth, State(s): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, Problem> {
     let p = auth.require(Role::Admin)?;
     if let Some(own) = &p.tenant {
-        let tokens = auth::list(s.engine.pool())
-            .await
-            .map_err(TokenError::from)?;
-        if !tokens
-            .iter()
-            .any(|t| t.name == name && t.tenant.as_deref() == Some(own))
-        {
+        let tokens = auth::list(s.engine.pool()).await.map_err(TokenError::from)?;
+        if !tokens.iter().any(|t| t.name == name && t.tenant.as_deref() == Some(own)) {
             return Err(TokenError::NotFound(name).into());
         }
     }

@@ -36,10 +36,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         .into_response();
     };
     let (parts, body) = req.into_parts();
-    let remote = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.to_string());
+    let remote = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
     let h = &parts.headers;
     let reject = |p: Problem| {
         intake.stats.rejected.fetch_add(1, Relaxed);
@@ -53,19 +50,11 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
             format!("the body may be at most {} bytes", intake.max_body),
         )
     };
-    if header(h, "content-length")
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n > intake.max_body)
-    {
+    if header(h, "content-length").and_then(|v| v.parse::<usize>().ok()).is_some_and(|n| n > intake.max_body) {
         return reject(too_large());
     }
     let ctype = header(h, "content-type").unwrap_or("");
-    let essence = ctype
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = ctype.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if essence != "application/json" {
         return reject(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -78,10 +67,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         Ok(b) => b,
         Err(_) => return reject(too_large()),
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let auth = AuthHeaders {
         webhook_id: header(h, "webhook-id"),
         webhook_timestamp: header(h, "webhook-timestamp"),
@@ -122,30 +108,15 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
                 StatusCode::BAD_REQUEST,
                 "malformed-json",
                 "Malformed JSON",
-                format!(
-                    "the body is not JSON: line {} column {}",
-                    e.line(),
-                    e.column()
-                ),
+                format!("the body is not JSON: line {} column {}", e.line(), e.column()),
             ));
         }
     };
     let parsed = event::parse(&body);
     let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
-    let jobs = jobs_for_targets(
-        &parsed.targets,
-        &intake.tenants,
-        &id.to_string(),
-        intake.settle,
-    );
-    let targets = json!(
-        parsed
-            .targets
-            .iter()
-            .map(|t| format!("{t:?}"))
-            .collect::<Vec<_>>()
-    );
+    let jobs = jobs_for_targets(&parsed.targets, &intake.tenants, &id.to_string(), intake.settle);
+    let targets = json!(parsed.targets.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>());
     let delivery = Delivery {
         id,
         key,
@@ -160,18 +131,11 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
     match intake.writer.store(delivery).await {
         Ok(stored) if stored.duplicate => {
             intake.stats.duplicates.fetch_add(1, Relaxed);
-            (
-                StatusCode::OK,
-                Json(json!({ "delivery": stored.id, "duplicate": true })),
-            )
-                .into_response()
+            (StatusCode::OK, Json(json!({ "delivery": stored.id, "duplicate": true }))).into_response()
         }
         Ok(stored) => {
             intake.stats.accepted.fetch_add(1, Relaxed);
-            (
-                StatusCode::ACCEPTED,
-                Json(json!({ "delivery": stored.id, "duplicate": false, "jobs": stored.jobs })),
-            )
+            (StatusCode::ACCEPTED, Json(json!({ "delivery": stored.id, "duplicate": false, "jobs": stored.jobs })))
                 .into_response()
         }
         Err(e) => {

@@ -28,30 +28,17 @@ pub struct Parsed {
 }
 
 /// The actions after which a user's or group's state may differ.
-const CHANGES: [&str; 4] = [
-    "model_created",
-    "model_updated",
-    "model_deleted",
-    "user_write",
-];
+const CHANGES: [&str; 4] = ["model_created", "model_updated", "model_deleted", "user_write"];
 
 /// Reads a JSON object (the caller has already refused anything else).
 pub fn parse(body: &Value) -> Parsed {
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     if let Some(action) = body.get("action").and_then(Value::as_str) {
         let context = body.get("context");
-        let model = body
-            .get("model")
-            .filter(|m| m.is_object())
-            .or_else(|| context.and_then(|c| c.get("model")));
-        let diff = body
-            .get("diff")
-            .filter(|d| d.is_object())
-            .or_else(|| context.and_then(|c| c.get("diff")));
+        let model = body.get("model").filter(|m| m.is_object()).or_else(|| context.and_then(|c| c.get("model")));
+        let diff = body.get("diff").filter(|d| d.is_object()).or_else(|| context.and_then(|c| c.get("diff")));
         let app = model.and_then(|m| m.get("app")).and_then(Value::as_str);
-        let model_name = model
-            .and_then(|m| m.get("model_name"))
-            .and_then(Value::as_str);
+        let model_name = model.and_then(|m| m.get("model_name")).and_then(Value::as_str);
         let targets = structured_targets(action, app, model_name, model, diff, body.get("actor"));
         return Parsed {
             shape: "structured",
@@ -65,29 +52,15 @@ pub fn parse(body: &Value) -> Parsed {
         // The default body: a summary "<action>: {python repr}" or the event's message, with the
         // notification's recipient and the event's actor; no id, no structured context.
         let summary = body["body"].as_str().unwrap_or_default();
-        let action = summary
-            .split_once(": ")
-            .map(|(a, _)| a)
-            .filter(|a| a.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        let action =
+            summary.split_once(": ").map(|(a, _)| a).filter(|a| a.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
         let targets = match action {
             Some(a) if CHANGES.contains(&a) => vec![Target::Everything],
             _ => vec![],
         };
-        return Parsed {
-            shape: "default",
-            event_uuid: None,
-            action: action.map(str::to_string),
-            model: None,
-            targets,
-        };
+        return Parsed { shape: "default", event_uuid: None, action: action.map(str::to_string), model: None, targets };
     }
-    Parsed {
-        shape: "unknown",
-        event_uuid: None,
-        action: None,
-        model: None,
-        targets: vec![],
-    }
+    Parsed { shape: "unknown", event_uuid: None, action: None, model: None, targets: vec![] }
 }
 
 fn structured_targets(
@@ -131,9 +104,7 @@ fn structured_targets(
                 return pks.into_iter().map(|pk| Target::User { pk }).collect();
             }
             match model.and_then(|m| m.get("name")).and_then(Value::as_str) {
-                Some(name) if !name.is_empty() => vec![Target::Group {
-                    name: name.to_string(),
-                }],
+                Some(name) if !name.is_empty() => vec![Target::Group { name: name.to_string() }],
                 _ => vec![Target::Everything],
             }
         }
@@ -142,18 +113,12 @@ fn structured_targets(
 }
 
 fn pk_of(v: &Value) -> Option<i64> {
-    v.as_i64()
-        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
 }
 
 /// The key a delivery is deduplicated on: the event's uuid, else the signed `webhook-id`, else a
 /// digest of the body within the hour (the default body has no id; retries come within the hour).
-pub fn delivery_key(
-    parsed: &Parsed,
-    webhook_id: Option<&str>,
-    raw: &[u8],
-    now_unix: i64,
-) -> String {
+pub fn delivery_key(parsed: &Parsed, webhook_id: Option<&str>, raw: &[u8], now_unix: i64) -> String {
     if let Some(u) = &parsed.event_uuid {
         return format!("event:{u}");
     }
@@ -171,8 +136,7 @@ mod tests {
     use serde_json::json;
 
     fn structured(action: &str, model: Value, diff: Option<Value>) -> Value {
-        let mut context =
-            json!({ "model": model, "http_request": { "path": "/api/v3/x/", "method": "PATCH" } });
+        let mut context = json!({ "model": model, "http_request": { "path": "/api/v3/x/", "method": "PATCH" } });
         if let Some(d) = diff {
             context["diff"] = d;
         }
@@ -192,50 +156,24 @@ mod tests {
         assert_eq!(p.shape, "structured");
         assert_eq!(p.targets, vec![Target::User { pk: 42 }]);
         assert_eq!(p.model.as_deref(), Some("authentik_core.user"));
-        assert_eq!(
-            p.event_uuid.as_deref(),
-            Some("6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f")
-        );
+        assert_eq!(p.event_uuid.as_deref(), Some("6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f"));
     }
 
     #[test]
     fn group_event_with_diff_points_at_the_users_and_without_at_the_group() {
         let g = json!({"app": "authentik_core", "model_name": "group", "pk": "9a4f0c2e1b7d4e3f8a6b5c4d3e2f1a0b", "name": "tenant-foo-users"});
-        let with = structured(
-            "model_updated",
-            g.clone(),
-            Some(json!({"users": {"add": [7, 9], "remove": [3]}})),
-        );
-        assert_eq!(
-            parse(&with).targets,
-            vec![
-                Target::User { pk: 3 },
-                Target::User { pk: 7 },
-                Target::User { pk: 9 }
-            ]
-        );
+        let with = structured("model_updated", g.clone(), Some(json!({"users": {"add": [7, 9], "remove": [3]}})));
+        assert_eq!(parse(&with).targets, vec![Target::User { pk: 3 }, Target::User { pk: 7 }, Target::User { pk: 9 }]);
         let without = structured("model_updated", g, None);
-        assert_eq!(
-            parse(&without).targets,
-            vec![Target::Group {
-                name: "tenant-foo-users".into()
-            }]
-        );
+        assert_eq!(parse(&without).targets, vec![Target::Group { name: "tenant-foo-users".into() }]);
     }
 
     #[test]
     fn unknown_actions_and_models_point_nowhere() {
-        let b = structured(
-            "login",
-            json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "x"}),
-            None,
-        );
+        let b = structured("login", json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "x"}), None);
         assert!(parse(&b).targets.is_empty());
-        let b = structured(
-            "model_updated",
-            json!({"app": "authentik_core", "model_name": "application", "pk": "x"}),
-            None,
-        );
+        let b =
+            structured("model_updated", json!({"app": "authentik_core", "model_name": "application", "pk": "x"}), None);
         assert!(parse(&b).targets.is_empty());
         assert_eq!(parse(&json!({"hello": 1})).shape, "unknown");
     }
@@ -246,10 +184,7 @@ mod tests {
                        "severity": "notice", "user_email": "ops@example.org", "user_username": "ops",
                        "event_user_email": "admin@example.org", "event_user_username": "akadmin"});
         let p = parse(&b);
-        assert_eq!(
-            (p.shape, p.action.as_deref()),
-            ("default", Some("model_updated"))
-        );
+        assert_eq!((p.shape, p.action.as_deref()), ("default", Some("model_updated")));
         assert_eq!(p.targets, vec![Target::Everything]);
         let login = json!({"body": "login_failed: {'username': 'x'}", "severity": "warning"});
         assert!(parse(&login).targets.is_empty());
@@ -257,20 +192,11 @@ mod tests {
 
     #[test]
     fn delivery_keys_prefer_the_event_then_the_id_then_the_body() {
-        let p = parse(&structured(
-            "model_updated",
-            json!({"app": "authentik_core", "model_name": "user", "pk": 1}),
-            None,
-        ));
-        assert_eq!(
-            delivery_key(&p, Some("msg_1"), b"{}", 0),
-            "event:6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f"
-        );
+        let p =
+            parse(&structured("model_updated", json!({"app": "authentik_core", "model_name": "user", "pk": 1}), None));
+        assert_eq!(delivery_key(&p, Some("msg_1"), b"{}", 0), "event:6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f");
         let d = parse(&json!({"body": "x", "severity": "notice"}));
-        assert_eq!(
-            delivery_key(&d, Some("msg_1"), b"{}", 0),
-            "webhook-id:msg_1"
-        );
+        assert_eq!(delivery_key(&d, Some("msg_1"), b"{}", 0), "webhook-id:msg_1");
         let k = delivery_key(&d, None, b"{}", 7200);
         assert!(k.starts_with("body:44136fa3") && k.ends_with(":2"), "{k}");
     }

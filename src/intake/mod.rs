@@ -51,11 +51,7 @@ impl IntakeStats {
             ("rejected", &self.rejected),
             ("store_failed", &self.store_failures),
         ] {
-            let _ = writeln!(
-                out,
-                "onramp_webhook_deliveries_total{{result=\"{result}\"}} {}",
-                v.load(Relaxed)
-            );
+            let _ = writeln!(out, "onramp_webhook_deliveries_total{{result=\"{result}\"}} {}", v.load(Relaxed));
         }
     }
 }

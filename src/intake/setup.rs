@@ -34,9 +34,8 @@ impl IntakeSetup {
         let token = match (&a.authentik_token, &a.authentik_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => {
-                let t = std::fs::read_to_string(f).with_context(|| {
-                    format!("cannot read ONRAMP_AUTHENTIK_TOKEN_FILE {}", f.display())
-                })?;
+                let t = std::fs::read_to_string(f)
+                    .with_context(|| format!("cannot read ONRAMP_AUTHENTIK_TOKEN_FILE {}", f.display()))?;
                 Some(Secret::new(t.trim()))
             }
             (None, None) => None,
@@ -57,10 +56,7 @@ impl IntakeSetup {
                 .filter(|(_, s)| !s)
                 .map(|(n, _)| *n)
                 .collect();
-                bail!(
-                    "Authentik intake is half configured: missing setting {}",
-                    missing.join(", ")
-                );
+                bail!("Authentik intake is half configured: missing setting {}", missing.join(", "));
             }
             return Ok(None);
         };
@@ -74,37 +70,21 @@ impl IntakeSetup {
             page_size: 100,
         })
         .map_err(anyhow::Error::msg)?;
-        let cluster: Arc<dyn AssociationSource> = Arc::new(SacctmgrAssociations {
-            transport: Arc::new(Local),
-            timeout: a.sacctmgr_timeout,
-        });
-        let brake = Brake {
-            min_users: a.brake_min_users,
-            max_percent: a.brake_max_percent,
-        };
+        let cluster: Arc<dyn AssociationSource> =
+            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: a.sacctmgr_timeout });
+        let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
         // parsed here rather than by clap, whose error would print the value
         let mut signing_secrets = vec![];
         for (i, s) in a.webhook_secrets.iter().enumerate() {
             let key = s.expose().parse::<SigningSecret>();
-            signing_secrets.push(
-                key.map_err(|e| anyhow::anyhow!("ONRAMP_WEBHOOK_SECRETS entry {}: {e}", i + 1))?,
-            );
+            signing_secrets.push(key.map_err(|e| anyhow::anyhow!("ONRAMP_WEBHOOK_SECRETS entry {}: {e}", i + 1))?);
         }
-        let auth = WebhookAuth {
-            signing_secrets,
-            bearer_tokens: a.webhook_tokens.clone(),
-            tolerance: a.webhook_tolerance,
-        };
+        let auth =
+            WebhookAuth { signing_secrets, bearer_tokens: a.webhook_tokens.clone(), tolerance: a.webhook_tolerance };
         if webhook && !auth.is_configured() {
-            bail!(
-                "the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)"
-            );
+            bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
         }
-        Ok(Some(Self::new(
-            Reconciler::new(client, registry.clone(), cluster, brake),
-            auth,
-            a,
-        )))
+        Ok(Some(Self::new(Reconciler::new(client, registry.clone(), cluster, brake), auth, a)))
     }
 
     pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {
@@ -143,10 +123,7 @@ impl IntakeSetup {
 pub async fn periodic_reconcile(engine: Engine, interval: Duration, shutdown: CancellationToken) {
     let mut cause = "start";
     loop {
-        if let Err(e) = engine
-            .enqueue(&[full_job(Actor::reconciler(), cause)])
-            .await
-        {
+        if let Err(e) = engine.enqueue(&[full_job(Actor::reconciler(), cause)]).await {
             tracing::warn!(error = %e, "could not enqueue the periodic full reconcile");
         }
         if interval.is_zero() {

@@ -49,9 +49,7 @@ impl FromStr for SigningSecret {
     /// `whsec_<base64>`; the prefix is optional, the key must be at least 16 bytes.
     fn from_str(s: &str) -> Result<Self, String> {
         let b64 = s.trim().strip_prefix("whsec_").unwrap_or(s.trim());
-        let key = B64
-            .decode(b64)
-            .map_err(|_| "a signing secret is whsec_ followed by base64".to_string())?;
+        let key = B64.decode(b64).map_err(|_| "a signing secret is whsec_ followed by base64".to_string())?;
         if key.len() < 16 {
             return Err("a signing secret must decode to at least 16 bytes".into());
         }
@@ -131,12 +129,7 @@ impl WebhookAuth {
     }
 
     /// Checks the raw `body` against the headers at `now` (unix seconds).
-    pub fn verify(
-        &self,
-        h: &AuthHeaders<'_>,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, AuthFailure> {
+    pub fn verify(&self, h: &AuthHeaders<'_>, body: &[u8], now: i64) -> Result<Verified, AuthFailure> {
         if !self.is_configured() {
             return Err(AuthFailure::NotConfigured);
         }
@@ -150,15 +143,8 @@ impl WebhookAuth {
         Ok(Verified { webhook_id })
     }
 
-    fn verify_signature(
-        &self,
-        h: &AuthHeaders<'_>,
-        body: &[u8],
-        now: i64,
-    ) -> Result<String, AuthFailure> {
-        let (Some(id), Some(ts), Some(sigs)) =
-            (h.webhook_id, h.webhook_timestamp, h.webhook_signature)
-        else {
+    fn verify_signature(&self, h: &AuthHeaders<'_>, body: &[u8], now: i64) -> Result<String, AuthFailure> {
+        let (Some(id), Some(ts), Some(sigs)) = (h.webhook_id, h.webhook_timestamp, h.webhook_signature) else {
             return Err(AuthFailure::MissingSignatureHeaders);
         };
         if id.is_empty() || id.len() > 256 || !id.bytes().all(|b| b.is_ascii_graphic()) {
@@ -188,20 +174,13 @@ impl WebhookAuth {
                 ok |= constant_time_eq(&expected, sig);
             }
         }
-        if ok {
-            Ok(id.to_string())
-        } else {
-            Err(AuthFailure::NoMatchingSignature)
-        }
+        if ok { Ok(id.to_string()) } else { Err(AuthFailure::NoMatchingSignature) }
     }
 
     fn verify_bearer(&self, h: &AuthHeaders<'_>) -> Result<(), AuthFailure> {
         let given = h
             .authorization
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(AuthFailure::MissingBearer)?;
@@ -209,11 +188,7 @@ impl WebhookAuth {
         for t in &self.bearer_tokens {
             ok |= constant_time_eq(given.as_bytes(), t.expose().as_bytes());
         }
-        if ok {
-            Ok(())
-        } else {
-            Err(AuthFailure::WrongBearer)
-        }
+        if ok { Ok(()) } else { Err(AuthFailure::WrongBearer) }
     }
 }
 
@@ -242,11 +217,7 @@ mod tests {
     }
 
     fn sig_auth(keys: Vec<SigningSecret>) -> WebhookAuth {
-        WebhookAuth {
-            signing_secrets: keys,
-            bearer_tokens: vec![],
-            tolerance: Duration::from_secs(300),
-        }
+        WebhookAuth { signing_secrets: keys, bearer_tokens: vec![], tolerance: Duration::from_secs(300) }
     }
 
     #[test]
@@ -255,10 +226,7 @@ mod tests {
         let secret: SigningSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".parse().unwrap();
         let body = br#"{"test": 2432232314}"#;
         let sig = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
-        assert_eq!(
-            secret.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
-            sig
-        );
+        assert_eq!(secret.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body), sig);
         let auth = sig_auth(vec![secret]);
         let h = AuthHeaders {
             webhook_id: Some("msg_p5jXN8AQM9LWM0D4loKWxJek"),
@@ -267,10 +235,7 @@ mod tests {
             authorization: None,
         };
         assert_eq!(
-            auth.verify(&h, body, 1614265330 + 10)
-                .unwrap()
-                .webhook_id
-                .as_deref(),
+            auth.verify(&h, body, 1614265330 + 10).unwrap().webhook_id.as_deref(),
             Some("msg_p5jXN8AQM9LWM0D4loKWxJek")
         );
     }
@@ -282,22 +247,13 @@ mod tests {
         assert!(auth.verify(&headers(&ts, &sig), BODY, NOW).is_ok());
         let mut tampered = BODY.to_vec();
         tampered[3] ^= 1;
-        assert_eq!(
-            auth.verify(&headers(&ts, &sig), &tampered, NOW),
-            Err(AuthFailure::NoMatchingSignature)
-        );
+        assert_eq!(auth.verify(&headers(&ts, &sig), &tampered, NOW), Err(AuthFailure::NoMatchingSignature));
         // the id and timestamp are signed too
         let mut h = headers(&ts, &sig);
         h.webhook_id = Some("msg_2");
-        assert_eq!(
-            auth.verify(&h, BODY, NOW),
-            Err(AuthFailure::NoMatchingSignature)
-        );
+        assert_eq!(auth.verify(&h, BODY, NOW), Err(AuthFailure::NoMatchingSignature));
         let ts2 = (NOW + 1).to_string();
-        assert_eq!(
-            auth.verify(&headers(&ts2, &sig), BODY, NOW),
-            Err(AuthFailure::NoMatchingSignature)
-        );
+        assert_eq!(auth.verify(&headers(&ts2, &sig), BODY, NOW), Err(AuthFailure::NoMatchingSignature));
     }
 
     #[test]
@@ -320,44 +276,24 @@ mod tests {
         let (ts, old) = signed(&key(9), NOW, BODY);
         let (_, new) = signed(&key(2), NOW, BODY);
         let both = format!("{old} {new}");
-        assert!(
-            sig_auth(vec![key(2)])
-                .verify(&headers(&ts, &both), BODY, NOW)
-                .is_ok()
-        );
-        assert!(
-            sig_auth(vec![key(3)])
-                .verify(&headers(&ts, &both), BODY, NOW)
-                .is_err()
-        );
+        assert!(sig_auth(vec![key(2)]).verify(&headers(&ts, &both), BODY, NOW).is_ok());
+        assert!(sig_auth(vec![key(3)]).verify(&headers(&ts, &both), BODY, NOW).is_err());
     }
 
     #[test]
     fn timestamps_outside_the_window_fail() {
         let auth = sig_auth(vec![key(1)]);
-        for (offset, want) in [
-            (-301, Err(AuthFailure::Stale)),
-            (301, Err(AuthFailure::Future)),
-        ] {
+        for (offset, want) in [(-301, Err(AuthFailure::Stale)), (301, Err(AuthFailure::Future))] {
             let (ts, sig) = signed(&key(1), NOW + offset, BODY);
             assert_eq!(auth.verify(&headers(&ts, &sig), BODY, NOW), want);
         }
         for offset in [-300, 300] {
             let (ts, sig) = signed(&key(1), NOW + offset, BODY);
-            assert!(
-                auth.verify(&headers(&ts, &sig), BODY, NOW).is_ok(),
-                "{offset}"
-            );
+            assert!(auth.verify(&headers(&ts, &sig), BODY, NOW).is_ok(), "{offset}");
         }
         let (_, sig) = signed(&key(1), NOW, BODY);
-        assert_eq!(
-            auth.verify(&headers("soon", &sig), BODY, NOW),
-            Err(AuthFailure::BadTimestamp)
-        );
-        assert_eq!(
-            auth.verify(&headers("", &sig), BODY, NOW),
-            Err(AuthFailure::BadTimestamp)
-        );
+        assert_eq!(auth.verify(&headers("soon", &sig), BODY, NOW), Err(AuthFailure::BadTimestamp));
+        assert_eq!(auth.verify(&headers("", &sig), BODY, NOW), Err(AuthFailure::BadTimestamp));
     }
 
     #[test]
@@ -368,28 +304,12 @@ mod tests {
         let unprefixed = good.trim_start_matches("v1,").to_string();
         let v2 = good.replacen("v1,", "v2,", 1);
         let truncated = good[..good.len() - 4].to_string();
-        for bad in [
-            "",
-            "v1,",
-            "v1, ",
-            " ",
-            "v1,!!!!",
-            "v1,AAAA",
-            unprefixed.as_str(),
-            v2.as_str(),
-            truncated.as_str(),
-        ] {
-            assert_eq!(
-                auth.verify(&headers(&ts, bad), BODY, NOW),
-                Err(AuthFailure::NoMatchingSignature),
-                "{bad:?}"
-            );
+        for bad in ["", "v1,", "v1, ", " ", "v1,!!!!", "v1,AAAA", unprefixed.as_str(), v2.as_str(), truncated.as_str()]
+        {
+            assert_eq!(auth.verify(&headers(&ts, bad), BODY, NOW), Err(AuthFailure::NoMatchingSignature), "{bad:?}");
         }
         // an empty signature next to junk still fails; next to a good one the good one counts
-        assert!(
-            auth.verify(&headers(&ts, &format!("v1, {good}")), BODY, NOW)
-                .is_ok()
-        );
+        assert!(auth.verify(&headers(&ts, &format!("v1, {good}")), BODY, NOW).is_ok());
     }
 
     #[test]
@@ -398,29 +318,14 @@ mod tests {
         let (ts, sig) = signed(&key(1), NOW, BODY);
         let full = headers(&ts, &sig);
         for h in [
-            AuthHeaders {
-                webhook_id: None,
-                ..full
-            },
-            AuthHeaders {
-                webhook_timestamp: None,
-                ..full
-            },
-            AuthHeaders {
-                webhook_signature: None,
-                ..full
-            },
+            AuthHeaders { webhook_id: None, ..full },
+            AuthHeaders { webhook_timestamp: None, ..full },
+            AuthHeaders { webhook_signature: None, ..full },
             AuthHeaders::default(),
         ] {
-            assert_eq!(
-                auth.verify(&h, BODY, NOW),
-                Err(AuthFailure::MissingSignatureHeaders)
-            );
+            assert_eq!(auth.verify(&h, BODY, NOW), Err(AuthFailure::MissingSignatureHeaders));
         }
-        let h = AuthHeaders {
-            webhook_id: Some("has space"),
-            ..full
-        };
+        let h = AuthHeaders { webhook_id: Some("has space"), ..full };
         assert_eq!(auth.verify(&h, BODY, NOW), Err(AuthFailure::BadId));
     }
 
@@ -431,38 +336,14 @@ mod tests {
             bearer_tokens: vec![Secret::new("old-token"), Secret::new("new-token")],
             tolerance: Duration::from_secs(300),
         };
-        let with = |v: Option<&'static str>| AuthHeaders {
-            authorization: v,
-            ..Default::default()
-        };
-        assert_eq!(
-            auth.verify(&with(Some("Bearer new-token")), BODY, NOW),
-            Ok(Verified { webhook_id: None })
-        );
-        assert!(
-            auth.verify(&with(Some("Bearer old-token")), BODY, NOW)
-                .is_ok()
-        );
-        assert_eq!(
-            auth.verify(&with(Some("Bearer new-tokeN")), BODY, NOW),
-            Err(AuthFailure::WrongBearer)
-        );
-        assert_eq!(
-            auth.verify(&with(Some("Bearer new-token-x")), BODY, NOW),
-            Err(AuthFailure::WrongBearer)
-        );
-        assert_eq!(
-            auth.verify(&with(Some("Bearer ")), BODY, NOW),
-            Err(AuthFailure::MissingBearer)
-        );
-        assert_eq!(
-            auth.verify(&with(Some("Basic bmV3LXRva2Vu")), BODY, NOW),
-            Err(AuthFailure::MissingBearer)
-        );
-        assert_eq!(
-            auth.verify(&with(None), BODY, NOW),
-            Err(AuthFailure::MissingBearer)
-        );
+        let with = |v: Option<&'static str>| AuthHeaders { authorization: v, ..Default::default() };
+        assert_eq!(auth.verify(&with(Some("Bearer new-token")), BODY, NOW), Ok(Verified { webhook_id: None }));
+        assert!(auth.verify(&with(Some("Bearer old-token")), BODY, NOW).is_ok());
+        assert_eq!(auth.verify(&with(Some("Bearer new-tokeN")), BODY, NOW), Err(AuthFailure::WrongBearer));
+        assert_eq!(auth.verify(&with(Some("Bearer new-token-x")), BODY, NOW), Err(AuthFailure::WrongBearer));
+        assert_eq!(auth.verify(&with(Some("Bearer ")), BODY, NOW), Err(AuthFailure::MissingBearer));
+        assert_eq!(auth.verify(&with(Some("Basic bmV3LXRva2Vu")), BODY, NOW), Err(AuthFailure::MissingBearer));
+        assert_eq!(auth.verify(&with(None), BODY, NOW), Err(AuthFailure::MissingBearer));
     }
 
     #[test]
@@ -478,18 +359,12 @@ mod tests {
         h.authorization = Some("Bearer tok");
         assert!(auth.verify(&h, BODY, NOW).is_ok());
         h.webhook_signature = Some("v1,");
-        assert_eq!(
-            auth.verify(&h, BODY, NOW),
-            Err(AuthFailure::NoMatchingSignature)
-        );
+        assert_eq!(auth.verify(&h, BODY, NOW), Err(AuthFailure::NoMatchingSignature));
     }
 
     #[test]
     fn nothing_configured_refuses_everything() {
-        assert_eq!(
-            WebhookAuth::default().verify(&AuthHeaders::default(), BODY, NOW),
-            Err(AuthFailure::NotConfigured)
-        );
+        assert_eq!(WebhookAuth::default().verify(&AuthHeaders::default(), BODY, NOW), Err(AuthFailure::NotConfigured));
     }
 
     #[test]

@@ -81,10 +81,7 @@ impl DeliveryWriter {
 
     pub async fn store(&self, d: Delivery) -> Result<Stored, WriteError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send((d, reply))
-            .await
-            .map_err(|_| WriteError::Closed)?;
+        self.tx.send((d, reply)).await.map_err(|_| WriteError::Closed)?;
         rx.await.map_err(|_| WriteError::Closed)?
     }
 }
@@ -93,11 +90,7 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
     let (deliveries, replies): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
     let started = std::time::Instant::now();
     let result = write(engine, &deliveries).await;
-    tracing::debug!(
-        n = deliveries.len(),
-        ms = started.elapsed().as_secs_f64() * 1e3,
-        "webhook deliveries written"
-    );
+    tracing::debug!(n = deliveries.len(), ms = started.elapsed().as_secs_f64() * 1e3, "webhook deliveries written");
     if let Err(e) = &result {
         tracing::error!(error = %e, n = deliveries.len(), "storing webhook deliveries failed");
     }
@@ -111,24 +104,16 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
 }
 
 /// One transaction for the whole batch. Returns one result per delivery, in order.
-async fn write(
-    engine: &Engine,
-    ds: &[Delivery],
-) -> Result<Vec<Stored>, crate::engine::EngineError> {
+async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, crate::engine::EngineError> {
     // Duplicates inside the batch: the first one with a key stands for the others.
     let mut first: HashMap<&str, usize> = HashMap::new();
-    let unique: Vec<usize> = (0..ds.len())
-        .filter(|&i| *first.entry(ds[i].key.as_str()).or_insert(i) == i)
-        .collect();
-    let pick =
-        |f: fn(&Delivery) -> Option<&str>| unique.iter().map(|&i| f(&ds[i])).collect::<Vec<_>>();
+    let unique: Vec<usize> = (0..ds.len()).filter(|&i| *first.entry(ds[i].key.as_str()).or_insert(i) == i).collect();
+    let pick = |f: fn(&Delivery) -> Option<&str>| unique.iter().map(|&i| f(&ds[i])).collect::<Vec<_>>();
 
     // Reconcile jobs collapse into a pending job with the same key; one that already started may
     // have read Authentik before this change, so a new job is queued behind it instead.
-    let mut keys: Vec<&str> = unique
-        .iter()
-        .flat_map(|&i| ds[i].jobs.iter().filter_map(|j| j.dedupe_key.as_deref()))
-        .collect();
+    let mut keys: Vec<&str> =
+        unique.iter().flat_map(|&i| ds[i].jobs.iter().filter_map(|j| j.dedupe_key.as_deref())).collect();
     keys.sort_unstable();
     keys.dedup();
 
@@ -164,10 +149,7 @@ async fn write(
     let mut holders: HashMap<String, i64> = HashMap::new();
     for (key, inserted, existing, held) in rows {
         if let Some(Value::Object(m)) = held {
-            holders.extend(
-                m.into_iter()
-                    .filter_map(|(k, v)| v.as_i64().map(|id| (k, id))),
-            );
+            holders.extend(m.into_iter().filter_map(|(k, v)| v.as_i64().map(|id| (k, id))));
         }
         by_key.insert(key, (inserted, existing));
     }
@@ -176,48 +158,27 @@ async fn write(
     let mut jobs: Vec<NewJob> = Vec::new();
     let mut owners: Vec<usize> = Vec::new();
     for &i in &unique {
-        let (inserted, existing) = by_key
-            .get(ds[i].key.as_str())
-            .copied()
-            .unwrap_or((None, None));
+        let (inserted, existing) = by_key.get(ds[i].key.as_str()).copied().unwrap_or((None, None));
         match (inserted, existing) {
             (Some(id), _) => {
                 for j in &ds[i].jobs {
                     let mut j = j.clone();
                     if let Some(held) = j.dedupe_key.as_deref().and_then(|k| holders.get(k)) {
-                        j.dedupe_key = Some(format!(
-                            "{}:after:{held}",
-                            j.dedupe_key.as_deref().unwrap_or_default()
-                        ));
+                        j.dedupe_key = Some(format!("{}:after:{held}", j.dedupe_key.as_deref().unwrap_or_default()));
                     }
                     jobs.push(j);
                     owners.push(i);
                 }
-                out[i] = Some(Stored {
-                    id,
-                    duplicate: false,
-                    jobs: vec![],
-                });
+                out[i] = Some(Stored { id, duplicate: false, jobs: vec![] });
             }
-            (None, Some(id)) => {
-                out[i] = Some(Stored {
-                    id,
-                    duplicate: true,
-                    jobs: vec![],
-                })
-            }
+            (None, Some(id)) => out[i] = Some(Stored { id, duplicate: true, jobs: vec![] }),
             // inserted by a concurrent transaction that committed after this statement began
             (None, None) => {
-                let id: Uuid =
-                    sqlx::query_scalar("select id from webhook_deliveries where delivery_key = $1")
-                        .bind(&ds[i].key)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                out[i] = Some(Stored {
-                    id,
-                    duplicate: true,
-                    jobs: vec![],
-                });
+                let id: Uuid = sqlx::query_scalar("select id from webhook_deliveries where delivery_key = $1")
+                    .bind(&ds[i].key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                out[i] = Some(Stored { id, duplicate: true, jobs: vec![] });
             }
         }
     }
@@ -237,8 +198,5 @@ async fn write(
             out[i] = Some(s);
         }
     }
-    Ok(out
-        .into_iter()
-        .map(|s| s.expect("every delivery has a result"))
-        .collect())
+    Ok(out.into_iter().map(|s| s.expect("every delivery has a result")).collect())
 }

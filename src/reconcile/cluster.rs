@@ -46,17 +46,10 @@ impl AssociationSource for SacctmgrAssociations {
                 .args(["-nP", "show", "associations", "where"])
                 .arg(format!("accounts={}", list.join(",")))
                 .arg("format=Account,User");
-            let out = self
-                .transport
-                .run(&cmd, self.timeout)
-                .await
-                .map_err(|e| ClusterError::Transient(e.to_string()))?;
+            let out =
+                self.transport.run(&cmd, self.timeout).await.map_err(|e| ClusterError::Transient(e.to_string()))?;
             if !out.success() {
-                return Err(ClusterError::Transient(format!(
-                    "{cmd} exited {}: {}",
-                    out.code,
-                    out.stderr.trim()
-                )));
+                return Err(ClusterError::Transient(format!("{cmd} exited {}: {}", out.code, out.stderr.trim())));
             }
             parse_associations(&out.stdout)
         })
@@ -74,8 +67,7 @@ pub fn parse_associations(stdout: &str) -> Result<Vec<(SlurmAccount, Username)>,
         if user.is_empty() {
             continue;
         }
-        let account =
-            SlurmAccount::parse(account).map_err(|e| ClusterError::Permanent(e.to_string()))?;
+        let account = SlurmAccount::parse(account).map_err(|e| ClusterError::Permanent(e.to_string()))?;
         match Username::parse(user) {
             Ok(u) => out.push((account, u)),
             Err(e) => {
@@ -98,14 +90,8 @@ mod tests {
             stdout: "tenant-foo|\nml-team-foo|alice\nml-team-foo|bob\n".into(),
             stderr: String::new(),
         });
-        let src = SacctmgrAssociations {
-            transport: Arc::new(rec.clone()),
-            timeout: Duration::from_secs(5),
-        };
-        let accounts = [
-            SlurmAccount::parse("tenant-foo").unwrap(),
-            SlurmAccount::parse("ml-team-foo").unwrap(),
-        ];
+        let src = SacctmgrAssociations { transport: Arc::new(rec.clone()), timeout: Duration::from_secs(5) };
+        let accounts = [SlurmAccount::parse("tenant-foo").unwrap(), SlurmAccount::parse("ml-team-foo").unwrap()];
         let got = src.associations(&accounts).await.unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].1.as_str(), "alice");

@@ -49,13 +49,7 @@ impl Reconciler {
         cluster: Arc<dyn AssociationSource>,
         brake: Brake,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            authentik,
-            tenants,
-            cluster,
-            brake,
-            engine: OnceLock::new(),
-        })
+        Arc::new(Self { authentik, tenants, cluster, brake, engine: OnceLock::new() })
     }
 
     /// Gives the flows the engine they enqueue with. Call once, right after `Engine::new`.
@@ -70,13 +64,8 @@ impl Reconciler {
 
 /// The job that reconciles one user.
 pub fn user_job(pk: i64, actor: Actor, cause: &str) -> NewJob {
-    NewJob::new(
-        RECONCILE_USER,
-        &format!("reconcile/user/{pk}"),
-        json!({ "pk": pk, "cause": cause }),
-        actor,
-    )
-    .dedupe(format!("{RECONCILE_USER}:{pk}"))
+    NewJob::new(RECONCILE_USER, &format!("reconcile/user/{pk}"), json!({ "pk": pk, "cause": cause }), actor)
+        .dedupe(format!("{RECONCILE_USER}:{pk}"))
 }
 
 /// The job that reconciles some tenants.
@@ -92,23 +81,12 @@ pub fn tenant_job(tenant: &str, actor: Actor, cause: &str) -> NewJob {
 
 /// The job that reconciles everything.
 pub fn full_job(actor: Actor, cause: &str) -> NewJob {
-    NewJob::new(
-        RECONCILE_FULL,
-        "reconcile/full",
-        json!({ "cause": cause }),
-        actor,
-    )
-    .dedupe(RECONCILE_FULL)
+    NewJob::new(RECONCILE_FULL, "reconcile/full", json!({ "cause": cause }), actor).dedupe(RECONCILE_FULL)
 }
 
 /// The reconcile jobs a delivery's targets call for, due after `settle` (Authentik logs some
 /// events before the change is visible, and a burst of events collapses into one job).
-pub fn jobs_for_targets(
-    targets: &[Target],
-    tenants: &TenantRegistry,
-    delivery: &str,
-    settle: Duration,
-) -> Vec<NewJob> {
+pub fn jobs_for_targets(targets: &[Target], tenants: &TenantRegistry, delivery: &str, settle: Duration) -> Vec<NewJob> {
     let actor = Actor::webhook(delivery);
     let cause = format!("webhook:{delivery}");
     let at = OffsetDateTime::now_utc() + settle;
@@ -117,15 +95,10 @@ pub fn jobs_for_targets(
         match t {
             Target::User { pk } => jobs.push(user_job(*pk, actor.clone(), &cause)),
             Target::Group { name } => jobs.extend(
-                tenants
-                    .tenants_of_group(name)
-                    .into_iter()
-                    .map(|t| tenant_job(t.name.as_str(), actor.clone(), &cause)),
+                tenants.tenants_of_group(name).into_iter().map(|t| tenant_job(t.name.as_str(), actor.clone(), &cause)),
             ),
             Target::Everything => jobs.push(full_job(actor.clone(), &cause)),
         }
     }
-    jobs.into_iter()
-        .map(|j| if settle.is_zero() { j } else { j.at(at) })
-        .collect()
+    jobs.into_iter().map(|j| if settle.is_zero() { j } else { j.at(at) }).collect()
 }

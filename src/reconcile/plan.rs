@@ -20,10 +20,7 @@ pub struct Brake {
 
 impl Default for Brake {
     fn default() -> Self {
-        Self {
-            min_users: 5,
-            max_percent: 10,
-        }
+        Self { min_users: 5, max_percent: 10 }
     }
 }
 
@@ -77,15 +74,9 @@ pub struct TenantPlan {
 
 /// Checks a user's name and numbers; `Err` says why the user is skipped.
 pub fn member(reg: &TenantRegistry, u: &User) -> Result<Member, String> {
-    let username =
-        Username::parse(&u.username).map_err(|e| format!("Authentik user {}: {e}", u.pk))?;
+    let username = Username::parse(&u.username).map_err(|e| format!("Authentik user {}: {e}", u.pk))?;
     let (uid_number, gid_number) = reg.posix_ids(u.pk, &u.attributes);
-    Ok(Member {
-        pk: u.pk,
-        username,
-        uid_number,
-        gid_number,
-    })
+    Ok(Member { pk: u.pk, username, uid_number, gid_number })
 }
 
 /// One tenant: `members` are the active members of each of its groups (by group name, every
@@ -97,19 +88,12 @@ pub fn plan_tenant(
     actual: &[(SlurmAccount, Username)],
     brake: Option<Brake>,
 ) -> TenantPlan {
-    let mut plan = TenantPlan {
-        tenant: tenant.name.to_string(),
-        ..Default::default()
-    };
+    let mut plan = TenantPlan { tenant: tenant.name.to_string(), ..Default::default() };
     // every user's groups among this tenant's
     let mut users: BTreeMap<i64, (&User, Vec<String>)> = BTreeMap::new();
     for (group, list) in members {
         for u in list {
-            users
-                .entry(u.pk)
-                .or_insert((u, vec![]))
-                .1
-                .push(group.clone());
+            users.entry(u.pk).or_insert((u, vec![])).1.push(group.clone());
         }
     }
     let mut desired: BTreeMap<(SlurmAccount, Username), Member> = BTreeMap::new();
@@ -128,11 +112,8 @@ pub fn plan_tenant(
         }
     }
     let accounts = tenant.accounts();
-    let actual: BTreeSet<(SlurmAccount, Username)> = actual
-        .iter()
-        .filter(|(a, _)| accounts.contains(a))
-        .cloned()
-        .collect();
+    let actual: BTreeSet<(SlurmAccount, Username)> =
+        actual.iter().filter(|(a, _)| accounts.contains(a)).cloned().collect();
     for ((account, username), m) in &desired {
         if actual.contains(&(account.clone(), username.clone())) {
             plan.unchanged += 1;
@@ -143,10 +124,7 @@ pub fn plan_tenant(
                 account: account.clone(),
                 username: username.clone(),
                 member: Some(m.clone()),
-                reason: format!(
-                    "active member of {} with no association under {account}",
-                    tenant.group
-                ),
+                reason: format!("active member of {} with no association under {account}", tenant.group),
             });
         }
     }
@@ -189,25 +167,16 @@ pub fn plan_user(
     username: &Username,
     actual: &[(SlurmAccount, Username)],
 ) -> (Vec<Action>, String) {
-    let mine: BTreeSet<SlurmAccount> = actual
-        .iter()
-        .filter(|(_, u)| u == username)
-        .map(|(a, _)| a.clone())
-        .collect();
-    let (desired, why_not): (BTreeMap<SlurmAccount, (TenantName, Option<Member>)>, &str) =
-        match user {
-            None => (BTreeMap::new(), "not in Authentik"),
-            Some(u) if !u.is_active => (BTreeMap::new(), "deactivated in Authentik"),
-            Some(u) => {
-                let m = member(reg, u).ok();
-                let d = reg
-                    .placements(&u.group_names())
-                    .into_iter()
-                    .map(|(t, a)| (a, (t, m.clone())))
-                    .collect();
-                (d, "not in a group placing them there")
-            }
-        };
+    let mine: BTreeSet<SlurmAccount> = actual.iter().filter(|(_, u)| u == username).map(|(a, _)| a.clone()).collect();
+    let (desired, why_not): (BTreeMap<SlurmAccount, (TenantName, Option<Member>)>, &str) = match user {
+        None => (BTreeMap::new(), "not in Authentik"),
+        Some(u) if !u.is_active => (BTreeMap::new(), "deactivated in Authentik"),
+        Some(u) => {
+            let m = member(reg, u).ok();
+            let d = reg.placements(&u.group_names()).into_iter().map(|(t, a)| (a, (t, m.clone()))).collect();
+            (d, "not in a group placing them there")
+        }
+    };
     let mut actions = vec![];
     for (account, (tenant, m)) in &desired {
         if !mine.contains(account) {
@@ -237,16 +206,11 @@ pub fn plan_user(
         }
     }
     let summary = if actions.is_empty() {
-        format!(
-            "nothing to do: {} association(s) match Authentik",
-            mine.len()
-        )
+        format!("nothing to do: {} association(s) match Authentik", mine.len())
     } else {
         actions
             .iter()
-            .map(|a| {
-                format!("{:?} {}/{}: {}", a.op, a.account, a.username, a.reason).to_lowercase()
-            })
+            .map(|a| format!("{:?} {}/{}: {}", a.op, a.account, a.username, a.reason).to_lowercase())
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -290,31 +254,18 @@ mod tests {
         let r = reg();
         let t = &r.tenants[0];
         let members = BTreeMap::from([
-            (
-                "foo-users".to_string(),
-                vec![user(1, "alice", &[]), user(2, "bob", &[])],
-            ),
+            ("foo-users".to_string(), vec![user(1, "alice", &[]), user(2, "bob", &[])]),
             ("foo-ml".to_string(), vec![user(2, "bob", &[])]),
         ]);
-        let actual = vec![
-            acc("tenant-foo", "alice"),
-            acc("tenant-foo", "carol"),
-            acc("other", "zed"),
-        ];
+        let actual = vec![acc("tenant-foo", "alice"), acc("tenant-foo", "carol"), acc("other", "zed")];
         let p = plan_tenant(&r, t, &members, &actual, Some(Brake::default()));
         assert_eq!(p.unchanged, 1);
         assert_eq!(
-            p.onboard
-                .iter()
-                .map(|a| format!("{}/{}", a.account, a.username))
-                .collect::<Vec<_>>(),
+            p.onboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
             ["ml-foo/bob"]
         );
         assert_eq!(
-            p.offboard
-                .iter()
-                .map(|a| format!("{}/{}", a.account, a.username))
-                .collect::<Vec<_>>(),
+            p.offboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
             ["tenant-foo/carol"]
         );
         assert_eq!(p.onboard[0].member.as_ref().unwrap().uid_number, 4002);
@@ -323,13 +274,8 @@ mod tests {
     #[test]
     fn an_empty_group_trips_the_brake() {
         let r = reg();
-        let actual: Vec<_> = (0..20)
-            .map(|i| acc("tenant-foo", &format!("u{i}")))
-            .collect();
-        let members = BTreeMap::from([
-            ("foo-users".to_string(), vec![]),
-            ("foo-ml".to_string(), vec![]),
-        ]);
+        let actual: Vec<_> = (0..20).map(|i| acc("tenant-foo", &format!("u{i}"))).collect();
+        let members = BTreeMap::from([("foo-users".to_string(), vec![]), ("foo-ml".to_string(), vec![])]);
         let p = plan_tenant(&r, &r.tenants[0], &members, &actual, Some(Brake::default()));
         assert!(p.offboard.is_empty());
         assert_eq!(p.held.len(), 20);
@@ -352,9 +298,6 @@ mod tests {
         assert!(why.contains("not in authentik"), "{why}");
         let moved = user(1, "alice", &["foo-users", "foo-ml"]);
         let (a, _) = plan_user(&r, Some(&moved), &alice, &[acc("tenant-foo", "alice")]);
-        assert_eq!(
-            a.iter().map(|a| a.op).collect::<Vec<_>>(),
-            [Op::Onboard, Op::Offboard]
-        );
+        assert_eq!(a.iter().map(|a| a.op).collect::<Vec<_>>(), [Op::Onboard, Op::Offboard]);
     }
 }

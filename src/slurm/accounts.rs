@@ -39,28 +39,20 @@ fn names(sets: &Sets) -> Vec<String> {
 
 impl SlurmCli {
     /// The accounts' own associations on the cluster, by name.
-    async fn read_accounts(
-        &self,
-        names: &[SlurmAccount],
-    ) -> Result<BTreeMap<String, AccountState>, SlurmError> {
+    async fn read_accounts(&self, names: &[SlurmAccount]) -> Result<BTreeMap<String, AccountState>, SlurmError> {
         let cmd = command::show_accounts(&self.cluster, names);
         let rows = parse::accounts(&cmd.to_string(), &self.read(&cmd).await?)?;
         Ok(rows
             .into_iter()
             .filter(|r| {
-                r.assoc.user.is_empty()
-                    && r.assoc.partition.is_empty()
-                    && r.assoc.cluster == self.cluster.as_str()
+                r.assoc.user.is_empty() && r.assoc.partition.is_empty() && r.assoc.cluster == self.cluster.as_str()
             })
             .map(|r| (r.assoc.account.clone(), r))
             .collect())
     }
 
     /// Parents first (the order given): one read, the adds and modifies needed, one read back.
-    pub(super) async fn ensure_accounts(
-        &self,
-        specs: Vec<&AccountSpec>,
-    ) -> Result<Ensured, SlurmError> {
+    pub(super) async fn ensure_accounts(&self, specs: Vec<&AccountSpec>) -> Result<Ensured, SlurmError> {
         let names: Vec<SlurmAccount> = specs.iter().map(|s| s.name.clone()).collect();
         let current = self.read_accounts(&names).await?;
         let mut done = Ensured::default();
@@ -77,16 +69,12 @@ impl SlurmCli {
             if cur.is_none() {
                 let mut all = sets;
                 all.push(("Parent", parent.to_string()));
-                match self
-                    .write(&command::add_account(&self.cluster, &spec.name, &all))
-                    .await?
-                {
+                match self.write(&command::add_account(&self.cluster, &spec.name, &all)).await? {
                     Outcome::Done => done.created.push(spec.name.to_string()),
                     _ => return Err(self.changed_meanwhile(&spec.name)),
                 }
             } else if !sets.is_empty() {
-                self.write(&command::modify_account(&self.cluster, &spec.name, &sets))
-                    .await?;
+                self.write(&command::modify_account(&self.cluster, &spec.name, &sets)).await?;
                 done.changed.extend(names_of(&spec.name, &sets));
             }
         }
@@ -138,50 +126,27 @@ impl SlurmCli {
             return Ok(Ensured::default());
         }
         let sets: Sets = vec![("GrpJobs", jobs.arg()), ("GrpSubmitJobs", submit.arg())];
-        self.write(&command::modify_account(&self.cluster, account, &sets))
-            .await?;
+        self.write(&command::modify_account(&self.cluster, account, &sets)).await?;
         let back = self.account_assoc(account).await?;
         if !want(&back) {
             return Err(SlurmError::NotConverged {
-                what: format!(
-                    "{} account {account}",
-                    if unblock.is_some() {
-                        "unblocking"
-                    } else {
-                        "blocking"
-                    }
-                ),
+                what: format!("{} account {account}", if unblock.is_some() { "unblocking" } else { "blocking" }),
                 want: format!("GrpJobs={jobs} GrpSubmitJobs={submit}"),
-                got: format!(
-                    "GrpJobs={} GrpSubmitJobs={}",
-                    back.grp_jobs, back.grp_submit_jobs
-                ),
+                got: format!("GrpJobs={} GrpSubmitJobs={}", back.grp_jobs, back.grp_submit_jobs),
             });
         }
-        Ok(Ensured {
-            created: vec![],
-            changed: names(&sets),
-        })
+        Ok(Ensured { created: vec![], changed: names(&sets) })
     }
 
     /// The account and its descendants on this cluster, and whether any of them has
     /// associations on another cluster too.
-    pub(super) async fn subtree(
-        &self,
-        account: &SlurmAccount,
-    ) -> Result<(Vec<String>, bool), SlurmError> {
+    pub(super) async fn subtree(&self, account: &SlurmAccount) -> Result<(Vec<String>, bool), SlurmError> {
         let cmd = command::show_all_assocs();
         let all = parse::assocs(&cmd.to_string(), &self.read(&cmd).await?)?;
-        let here = |a: &&Association| {
-            a.cluster == self.cluster.as_str() && a.user.is_empty() && a.partition.is_empty()
-        };
+        let here = |a: &&Association| a.cluster == self.cluster.as_str() && a.user.is_empty() && a.partition.is_empty();
         let mut tree = vec![];
-        let mut frontier: BTreeSet<&str> = all
-            .iter()
-            .filter(here)
-            .filter(|a| a.account == account.as_str())
-            .map(|a| a.account.as_str())
-            .collect();
+        let mut frontier: BTreeSet<&str> =
+            all.iter().filter(here).filter(|a| a.account == account.as_str()).map(|a| a.account.as_str()).collect();
         while !frontier.is_empty() {
             tree.extend(frontier.iter().map(|s| s.to_string()));
             frontier = all
@@ -192,16 +157,12 @@ impl SlurmCli {
                 .collect();
         }
         let elsewhere = all.iter().any(|a| {
-            a.cluster != self.cluster.as_str()
-                && (a.account == account.as_str() || tree.contains(&a.account))
+            a.cluster != self.cluster.as_str() && (a.account == account.as_str() || tree.contains(&a.account))
         });
         Ok((tree, elsewhere))
     }
 
-    pub(super) async fn remove_account(
-        &self,
-        account: &SlurmAccount,
-    ) -> Result<Deleted, SlurmError> {
+    pub(super) async fn remove_account(&self, account: &SlurmAccount) -> Result<Deleted, SlurmError> {
         let (tree, elsewhere) = self.subtree(account).await?;
         if tree.is_empty() && elsewhere {
             return Ok(Deleted::AlreadyGone); // gone here; another cluster still uses the row
@@ -209,25 +170,14 @@ impl SlurmCli {
         if tree.is_empty() {
             // No association anywhere; an account row may remain (e.g. a child left by a
             // parent's delete): delete the row.
-            return match self
-                .write(&command::delete_accounts(
-                    None,
-                    std::slice::from_ref(account),
-                ))
-                .await?
-            {
-                Outcome::Done => Ok(Deleted::Deleted {
-                    removed: vec![account.to_string()],
-                }),
+            return match self.write(&command::delete_accounts(None, std::slice::from_ref(account))).await? {
+                Outcome::Done => Ok(Deleted::Deleted { removed: vec![account.to_string()] }),
                 _ => Ok(Deleted::AlreadyGone),
             };
         }
         let accounts: Vec<SlurmAccount> = tree
             .iter()
-            .map(|n| {
-                SlurmAccount::parse(n)
-                    .map_err(|e| SlurmError::Conflict(format!("sub-account of {account}: {e}")))
-            })
+            .map(|n| SlurmAccount::parse(n).map_err(|e| SlurmError::Conflict(format!("sub-account of {account}: {e}"))))
             .collect::<Result<_, _>>()?;
         let jobs = self.jobs_in(&accounts, None).await?;
         if !jobs.is_empty() {
@@ -238,8 +188,7 @@ impl SlurmCli {
         }
         // Rows too, unless another cluster still uses them; children explicitly, in one call.
         let cluster = elsewhere.then_some(&self.cluster);
-        self.write(&command::delete_accounts(cluster, &accounts))
-            .await?;
+        self.write(&command::delete_accounts(cluster, &accounts)).await?;
         let (left, _) = self.subtree(account).await?;
         if !left.is_empty() {
             return Err(SlurmError::NotConverged {
@@ -253,9 +202,7 @@ impl SlurmCli {
 }
 
 fn names_of(account: &SlurmAccount, sets: &Sets) -> Vec<String> {
-    sets.iter()
-        .map(|(k, _)| format!("{account}: {k}"))
-        .collect()
+    sets.iter().map(|(k, _)| format!("{account}: {k}")).collect()
 }
 
 #[cfg(test)]
@@ -282,30 +229,15 @@ mod tests {
 
     #[test]
     fn new_account_gets_everything_and_equal_gets_nothing() {
-        let keys: Vec<_> = account_sets(&spec(), None)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(
-            keys,
-            [
-                "Description",
-                "Organization",
-                "Fairshare",
-                "GrpTRES",
-                "GrpJobs"
-            ]
-        );
-        let same = state(
-            "tenant foo|tenant-foo|production|tenant-foo|||root|300|200||gres/gpu=4||||normal|",
-        );
+        let keys: Vec<_> = account_sets(&spec(), None).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["Description", "Organization", "Fairshare", "GrpTRES", "GrpJobs"]);
+        let same = state("tenant foo|tenant-foo|production|tenant-foo|||root|300|200||gres/gpu=4||||normal|");
         assert_eq!(account_sets(&spec(), Some(&same)), vec![]);
     }
 
     #[test]
     fn differences_are_converged_and_extra_tres_cleared() {
-        let cur =
-            state("old|tenant-foo|production|tenant-foo|||root|100|7||cpu=8,gres/gpu=2||||normal|");
+        let cur = state("old|tenant-foo|production|tenant-foo|||root|100|7||cpu=8,gres/gpu=2||||normal|");
         assert_eq!(
             account_sets(&spec(), Some(&cur)),
             vec![

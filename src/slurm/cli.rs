@@ -18,21 +18,34 @@ use crate::names::ClusterName;
 /// a lost write into a retryable [`SlurmError::NotConverged`].
 static WRITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// What one `enter` holds; dropping it lets the next writer in.
+pub type GateGuard = Box<dyn Send + Sync>;
+
+/// Exclusion of Slurm writes across processes (several onramp replicas writing to one slurmdbd).
+/// Entered after this process's own lock; the guard must release on drop, so a step stopped in
+/// the middle of a write never leaves the gate closed.
+pub trait WriteGate: Send + Sync {
+    fn enter(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<GateGuard, String>> + Send + '_>>;
+}
+
 /// Slurm through its command-line tools. Everything is scoped to one cluster.
 #[derive(Clone)]
 pub struct SlurmCli {
     transport: Arc<dyn Transport>,
     pub(super) cluster: ClusterName,
     timeout: Duration,
+    gate: Option<Arc<dyn WriteGate>>,
 }
 
 impl SlurmCli {
     pub fn new(transport: Arc<dyn Transport>, cluster: ClusterName) -> Self {
-        Self {
-            transport,
-            cluster,
-            timeout: Duration::from_secs(60),
-        }
+        Self { transport, cluster, timeout: Duration::from_secs(60), gate: None }
+    }
+
+    /// Writes also pass `gate`, shared with the other processes that write to this cluster.
+    pub fn with_write_gate(mut self, gate: Arc<dyn WriteGate>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// How long one command may take (default 60 s).
@@ -46,10 +59,7 @@ impl SlurmCli {
         self.transport
             .run(cmd, self.timeout)
             .await
-            .map_err(|source| SlurmError::Transport {
-                cmd: cmd.to_string(),
-                source,
-            })
+            .map_err(|source| SlurmError::Transport { cmd: cmd.to_string(), source })
     }
 
     /// A read: the rows on stdout.
@@ -61,6 +71,13 @@ impl SlurmCli {
     /// Runs a command that changes Slurm, one at a time (see [`WRITES`]).
     async fn run_write(&self, cmd: &Command) -> Result<Output, SlurmError> {
         let _one_at_a_time = WRITES.lock().await;
+        let _across_processes = match &self.gate {
+            Some(g) => Some(g.enter().await.map_err(|e| SlurmError::Transport {
+                cmd: cmd.to_string(),
+                source: crate::exec::TransportError::Transient(format!("the Slurm write gate: {e}")),
+            })?),
+            None => None,
+        };
         self.run(cmd).await
     }
 
@@ -79,10 +96,7 @@ impl SlurmCli {
             return Ok(vec![]);
         };
         let (tree, _) = self.subtree(a).await?;
-        let mut accounts: Vec<SlurmAccount> = tree
-            .iter()
-            .filter_map(|n| SlurmAccount::parse(n).ok())
-            .collect();
+        let mut accounts: Vec<SlurmAccount> = tree.iter().filter_map(|n| SlurmAccount::parse(n).ok()).collect();
         if accounts.is_empty() {
             accounts.push(a.clone());
         }
@@ -117,54 +131,29 @@ impl SlurmCli {
             return Ok(vec![]);
         }
         let jobs = self.squeue(&command::Who::Accounts(accounts)).await?;
-        Ok(jobs
-            .into_iter()
-            .filter(|j| user.is_none_or(|u| j.user == u.as_str()))
-            .collect())
+        Ok(jobs.into_iter().filter(|j| user.is_none_or(|u| j.user == u.as_str())).collect())
     }
 
     async fn cancel(&self, scope: &JobScope, pending_only: bool) -> Result<Cancelled, SlurmError> {
         let targeted = |j: &Job| !pending_only || j.state == JobState::Pending;
         let accounts = self.accounts_of(scope).await?;
         let who = Self::who(scope, &accounts);
-        let before: Vec<Job> = self
-            .squeue(&who)
-            .await?
-            .into_iter()
-            .filter(targeted)
-            .collect();
+        let before: Vec<Job> = self.squeue(&who).await?.into_iter().filter(targeted).collect();
         if before.is_empty() {
             return Ok(Cancelled::default());
         }
         let ids: Vec<&str> = before.iter().map(|j| j.id.as_str()).collect();
         if let Some(bad) = ids.iter().find(|i| !command::is_job_id(i)) {
-            return Err(SlurmError::Parse {
-                cmd: "squeue".into(),
-                line: bad.to_string(),
-                why: "not a job id".into(),
-            });
+            return Err(SlurmError::Parse { cmd: "squeue".into(), line: bad.to_string(), why: "not a job id".into() });
         }
-        self.write(&command::scancel(&who, &ids, pending_only))
-            .await?;
+        self.write(&command::scancel(&who, &ids, pending_only)).await?;
         let after = self.squeue(&who).await?;
-        let still: BTreeSet<&str> = after
-            .iter()
-            .filter(|j| targeted(j))
-            .map(|j| j.id.as_str())
-            .collect();
+        let still: BTreeSet<&str> = after.iter().filter(|j| targeted(j)).map(|j| j.id.as_str()).collect();
         // Gone from squeue: cancelled. (A pending job that started meanwhile is neither.)
         let known: BTreeSet<&str> = after.iter().map(|j| j.id.as_str()).collect();
-        let cancelled = before
-            .iter()
-            .filter(|j| !known.contains(j.id.as_str()))
-            .map(|j| j.id.clone())
-            .collect();
+        let cancelled = before.iter().filter(|j| !known.contains(j.id.as_str())).map(|j| j.id.clone()).collect();
         if pending_only {
-            let left: Vec<&str> = before
-                .iter()
-                .map(|j| j.id.as_str())
-                .filter(|id| still.contains(id))
-                .collect();
+            let left: Vec<&str> = before.iter().map(|j| j.id.as_str()).filter(|id| still.contains(id)).collect();
             if !left.is_empty() {
                 return Err(SlurmError::NotConverged {
                     what: format!("cancelling pending jobs of {scope}"),
@@ -173,19 +162,12 @@ impl SlurmCli {
                 });
             }
         }
-        Ok(Cancelled {
-            cancelled,
-            remaining: after.into_iter().filter(targeted).collect(),
-        })
+        Ok(Cancelled { cancelled, remaining: after.into_iter().filter(targeted).collect() })
     }
 
     async fn list_dir(&self, dir: &HostPath) -> Result<BTreeSet<String>, SlurmError> {
         let listing = self.read(&command::list_dir(dir)).await?;
-        Ok(listing
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
+        Ok(listing.lines().filter(|l| !l.is_empty()).map(str::to_string).collect())
     }
 
     async fn archive(&self, dir: &HostPath) -> Result<ArchiveReport, SlurmError> {
@@ -194,9 +176,7 @@ impl SlurmCli {
         let out = self.run_write(&cmd).await?;
         parse::outcome(&cmd.to_string(), &out)?;
         let after = self.list_dir(dir).await?;
-        let message = format!("{} {}", out.stdout.trim(), out.stderr.trim())
-            .trim()
-            .to_string();
+        let message = format!("{} {}", out.stdout.trim(), out.stderr.trim()).trim().to_string();
         Ok(ArchiveReport {
             directory: dir.as_str().to_string(),
             written: after.difference(&before).cloned().collect(),
@@ -208,18 +188,13 @@ impl SlurmCli {
 impl Slurm for SlurmCli {
     fn ensure_tenant<'a>(&'a self, spec: &'a TenantSpec) -> SlurmFuture<'a, Ensured> {
         Box::pin(async move {
-            if let Some(t) = spec
-                .teams
-                .iter()
-                .find(|t| t.parent.as_ref() != Some(&spec.account.name))
-            {
+            if let Some(t) = spec.teams.iter().find(|t| t.parent.as_ref() != Some(&spec.account.name)) {
                 return Err(SlurmError::Invalid(format!(
                     "team account {} must have parent {}",
                     t.name, spec.account.name
                 )));
             }
-            let all: Vec<&AccountSpec> =
-                std::iter::once(&spec.account).chain(&spec.teams).collect();
+            let all: Vec<&AccountSpec> = std::iter::once(&spec.account).chain(&spec.teams).collect();
             self.ensure_accounts(all).await
         })
     }
@@ -227,12 +202,7 @@ impl Slurm for SlurmCli {
         Box::pin(self.ensure_accounts(vec![spec]))
     }
     fn ensure_user<'a>(&'a self, spec: &'a UserSpec) -> SlurmFuture<'a, Ensured> {
-        Box::pin(self.ensure_users(
-            &spec.account,
-            std::slice::from_ref(&spec.user),
-            spec.default_account,
-            &spec.limits,
-        ))
+        Box::pin(self.ensure_users(&spec.account, std::slice::from_ref(&spec.user), spec.default_account, &spec.limits))
     }
     fn add_users<'a>(
         &'a self,
@@ -244,17 +214,9 @@ impl Slurm for SlurmCli {
         Box::pin(self.ensure_users(account, users, default_account, limits))
     }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
-        Box::pin(async move {
-            Ok(self
-                .read_users(std::slice::from_ref(user))
-                .await?
-                .remove(user.as_str()))
-        })
+        Box::pin(async move { Ok(self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str())) })
     }
-    fn associations<'a>(
-        &'a self,
-        accounts: &'a [SlurmAccount],
-    ) -> SlurmFuture<'a, Vec<Association>> {
+    fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
         Box::pin(async move {
             if accounts.is_empty() {
                 return Ok(vec![]);
@@ -266,21 +228,13 @@ impl Slurm for SlurmCli {
     fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_user_block(user, None))
     }
-    fn unblock_user<'a>(
-        &'a self,
-        user: &'a Username,
-        limits: &'a UserLimits,
-    ) -> SlurmFuture<'a, Ensured> {
+    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_user_block(user, Some(limits)))
     }
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, None))
     }
-    fn unblock_account<'a>(
-        &'a self,
-        account: &'a SlurmAccount,
-        grp_jobs: Limit,
-    ) -> SlurmFuture<'a, Ensured> {
+    fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, Some(grp_jobs)))
     }
     fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>> {

@@ -10,11 +10,7 @@ use crate::names::{ClusterName, SlurmAccount, Username};
 pub type Sets = Vec<(&'static str, String)>;
 
 fn list<T: AsRef<str>>(names: &[T]) -> String {
-    names
-        .iter()
-        .map(|n| n.as_ref())
-        .collect::<Vec<_>>()
-        .join(",")
+    names.iter().map(|n| n.as_ref()).collect::<Vec<_>>().join(",")
 }
 
 fn pairs(sets: &Sets) -> impl Iterator<Item = String> + '_ {
@@ -82,10 +78,7 @@ pub fn show_all_assocs() -> Command {
 }
 
 pub fn add_account(cluster: &ClusterName, name: &SlurmAccount, sets: &Sets) -> Command {
-    sacctmgr_write()
-        .args(["add", "account", name.as_str()])
-        .arg(format!("Cluster={cluster}"))
-        .args(pairs(sets))
+    sacctmgr_write().args(["add", "account", name.as_str()]).arg(format!("Cluster={cluster}")).args(pairs(sets))
 }
 
 pub fn modify_account(cluster: &ClusterName, name: &SlurmAccount, sets: &Sets) -> Command {
@@ -98,12 +91,7 @@ pub fn modify_account(cluster: &ClusterName, name: &SlurmAccount, sets: &Sets) -
 }
 
 /// One `add user a,b,c Account=…` for any number of users.
-pub fn add_users(
-    cluster: &ClusterName,
-    users: &[Username],
-    account: &SlurmAccount,
-    sets: &Sets,
-) -> Command {
+pub fn add_users(cluster: &ClusterName, users: &[Username], account: &SlurmAccount, sets: &Sets) -> Command {
     sacctmgr_write()
         .args(["add", "user"])
         .arg(list(users))
@@ -113,46 +101,22 @@ pub fn add_users(
 }
 
 /// Sets limits on the users' associations with `account`, or with every account when `None`.
-pub fn modify_users(
-    cluster: &ClusterName,
-    users: &[Username],
-    account: Option<&SlurmAccount>,
-    sets: &Sets,
-) -> Command {
-    let mut c = sacctmgr_write()
-        .args(["modify", "user", "where"])
-        .arg(format!("name={}", list(users)));
+pub fn modify_users(cluster: &ClusterName, users: &[Username], account: Option<&SlurmAccount>, sets: &Sets) -> Command {
+    let mut c = sacctmgr_write().args(["modify", "user", "where"]).arg(format!("name={}", list(users)));
     if let Some(a) = account {
         c = c.arg(format!("account={a}"));
     }
-    c.arg(format!("cluster={cluster}"))
-        .arg("set")
-        .args(pairs(sets))
+    c.arg(format!("cluster={cluster}")).arg("set").args(pairs(sets))
 }
 
-pub fn set_default_account(
-    cluster: &ClusterName,
-    users: &[Username],
-    account: &SlurmAccount,
-) -> Command {
-    modify_users(
-        cluster,
-        users,
-        None,
-        &vec![("DefaultAccount", account.to_string())],
-    )
+pub fn set_default_account(cluster: &ClusterName, users: &[Username], account: &SlurmAccount) -> Command {
+    modify_users(cluster, users, None, &vec![("DefaultAccount", account.to_string())])
 }
 
 /// Deletes the user's association with `account`, or all of the user's associations on the
 /// cluster (and then the user record) when `None`.
-pub fn delete_user(
-    cluster: &ClusterName,
-    user: &Username,
-    account: Option<&SlurmAccount>,
-) -> Command {
-    let mut c = sacctmgr_write()
-        .args(["delete", "user", "where"])
-        .arg(format!("name={user}"));
+pub fn delete_user(cluster: &ClusterName, user: &Username, account: Option<&SlurmAccount>) -> Command {
+    let mut c = sacctmgr_write().args(["delete", "user", "where"]).arg(format!("name={user}"));
     if let Some(a) = account {
         c = c.arg(format!("account={a}"));
     }
@@ -162,9 +126,7 @@ pub fn delete_user(
 /// Deletes the accounts' associations on `cluster`, or, when `None`, the account rows themselves
 /// (with their associations on every cluster).
 pub fn delete_accounts(cluster: Option<&ClusterName>, names: &[SlurmAccount]) -> Command {
-    let c = sacctmgr_write()
-        .args(["delete", "account", "where"])
-        .arg(format!("name={}", list(names)));
+    let c = sacctmgr_write().args(["delete", "account", "where"]).arg(format!("name={}", list(names)));
     match cluster {
         Some(cl) => c.arg(format!("cluster={cl}")),
         None => c,
@@ -187,11 +149,7 @@ fn who_arg(who: &Who) -> String {
 
 /// Jobs slurmctld still knows (pending, running, completing, …).
 pub fn squeue(who: &Who) -> Command {
-    Command::new("squeue").args([
-        "--noheader".to_string(),
-        format!("--format={SQUEUE_FORMAT}"),
-        who_arg(who),
-    ])
+    Command::new("squeue").args(["--noheader".to_string(), format!("--format={SQUEUE_FORMAT}"), who_arg(who)])
 }
 
 /// Cancels a user's jobs (`--user`), or jobs by id: scancel's `--account` takes one account
@@ -199,11 +157,7 @@ pub fn squeue(who: &Who) -> Command {
 /// Ids must be squeue's (`123`, `123_4`, `123_[5-9]`).
 pub fn scancel(who: &Who, ids: &[&str], pending_only: bool) -> Command {
     let c = Command::new("scancel");
-    let c = if pending_only {
-        c.arg("--state=PENDING")
-    } else {
-        c
-    };
+    let c = if pending_only { c.arg("--state=PENDING") } else { c };
     match who {
         Who::User(u) => c.arg(format!("--user={u}")),
         Who::Accounts(_) => c.arg("--").args(ids.iter().map(|i| i.to_string())),
@@ -212,16 +166,11 @@ pub fn scancel(who: &Who, ids: &[&str], pending_only: bool) -> Command {
 
 /// A job id as squeue prints it.
 pub fn is_job_id(id: &str) -> bool {
-    id.starts_with(|c: char| c.is_ascii_digit())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_digit() || "_[]-,".contains(c))
+    id.starts_with(|c: char| c.is_ascii_digit()) && id.chars().all(|c| c.is_ascii_digit() || "_[]-,".contains(c))
 }
 
 pub fn archive_dump(dir: &HostPath) -> Command {
-    sacctmgr_write()
-        .args(["archive", "dump"])
-        .arg(format!("Directory={}", dir.as_str()))
+    sacctmgr_write().args(["archive", "dump"]).arg(format!("Directory={}", dir.as_str()))
 }
 
 pub fn list_dir(dir: &HostPath) -> Command {
@@ -247,16 +196,8 @@ mod tests {
     #[test]
     fn argv_is_one_element_per_part() {
         let a = SlurmAccount::parse("ml-team-foo").unwrap();
-        let users = [
-            Username::parse("alice").unwrap(),
-            Username::parse("bob").unwrap(),
-        ];
-        let cmd = add_users(
-            &c(),
-            &users,
-            &a,
-            &vec![("Fairshare", "parent".into()), ("MaxJobs", "20".into())],
-        );
+        let users = [Username::parse("alice").unwrap(), Username::parse("bob").unwrap()];
+        let cmd = add_users(&c(), &users, &a, &vec![("Fairshare", "parent".into()), ("MaxJobs", "20".into())]);
         assert_eq!(
             cmd.argv(),
             [
@@ -272,39 +213,21 @@ mod tests {
             ]
         );
         let cmd = modify_users(&c(), &users[..1], None, &vec![("MaxJobs", "0".into())]);
-        assert_eq!(
-            cmd.to_string(),
-            "sacctmgr -i modify user where name=alice cluster=production set MaxJobs=0"
-        );
+        assert_eq!(cmd.to_string(), "sacctmgr -i modify user where name=alice cluster=production set MaxJobs=0");
         let cmd = add_account(&c(), &a, &vec![("Description", "Tenant Foo".into())]);
-        assert_eq!(
-            cmd.argv()[5..],
-            ["Cluster=production", "Description=Tenant Foo"]
-        );
+        assert_eq!(cmd.argv()[5..], ["Cluster=production", "Description=Tenant Foo"]);
     }
 
     #[test]
     fn job_commands() {
         let alice = Username::parse("alice").unwrap();
         let u = Who::User(&alice);
-        assert_eq!(
-            squeue(&u).to_string(),
-            "squeue --noheader '--format=%i|%u|%a|%T|%r' --user=alice"
-        );
-        assert_eq!(
-            scancel(&u, &[], true).argv(),
-            ["scancel", "--state=PENDING", "--user=alice"]
-        );
-        let accounts = [
-            SlurmAccount::parse("tenant-foo").unwrap(),
-            SlurmAccount::parse("ml-team-foo").unwrap(),
-        ];
+        assert_eq!(squeue(&u).to_string(), "squeue --noheader '--format=%i|%u|%a|%T|%r' --user=alice");
+        assert_eq!(scancel(&u, &[], true).argv(), ["scancel", "--state=PENDING", "--user=alice"]);
+        let accounts = [SlurmAccount::parse("tenant-foo").unwrap(), SlurmAccount::parse("ml-team-foo").unwrap()];
         let t = Who::Accounts(&accounts);
         assert_eq!(squeue(&t).argv()[3], "--account=tenant-foo,ml-team-foo");
-        assert_eq!(
-            scancel(&t, &["12", "13_[1-4]"], false).argv(),
-            ["scancel", "--", "12", "13_[1-4]"]
-        );
+        assert_eq!(scancel(&t, &["12", "13_[1-4]"], false).argv(), ["scancel", "--", "12", "13_[1-4]"]);
         assert!(is_job_id("13_[1-4]") && !is_job_id("-1") && !is_job_id("1;x") && !is_job_id(""));
     }
 }

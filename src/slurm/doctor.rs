@@ -42,10 +42,7 @@ pub struct Report {
 }
 
 fn flags(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(|f| f.trim().to_ascii_lowercase())
-        .filter(|f| !f.is_empty())
-        .collect()
+    v.split(',').map(|f| f.trim().to_ascii_lowercase()).filter(|f| !f.is_empty()).collect()
 }
 
 /// (major, minor) of "22.05.8".
@@ -126,13 +123,7 @@ const CORES: Check = Check {
     fix: "ConstrainCores=yes in cgroup.conf.",
 };
 
-fn finding(
-    c: &Check,
-    source: &str,
-    ok: Option<bool>,
-    found: &str,
-    note: Option<String>,
-) -> Finding {
+fn finding(c: &Check, source: &str, ok: Option<bool>, found: &str, note: Option<String>) -> Finding {
     Finding {
         setting: c.setting,
         source: source.to_string(),
@@ -166,119 +157,54 @@ pub fn diagnose(config: &BTreeMap<String, String>, cgroup: Result<(&str, &str), 
     if have.iter().any(|f| f == "limits") {
         have.push("associations".into());
     }
-    let lacking: Vec<&str> = ["associations", "limits", "qos", "safe"]
-        .into_iter()
-        .filter(|f| !have.iter().any(|h| h == f))
-        .collect();
+    let lacking: Vec<&str> =
+        ["associations", "limits", "qos", "safe"].into_iter().filter(|f| !have.iter().any(|h| h == f)).collect();
     let note = (!lacking.is_empty()).then(|| format!("lacks {}", lacking.join(",")));
-    out.push(finding(
-        &ENFORCE,
-        SCONTROL,
-        Some(lacking.is_empty()),
-        &enforce,
-        note,
-    ));
+    out.push(finding(&ENFORCE, SCONTROL, Some(lacking.is_empty()), &enforce, note));
 
     let proctrack = get("ProctrackType");
-    out.push(finding(
-        &PROCTRACK,
-        SCONTROL,
-        Some(proctrack == "proctrack/cgroup"),
-        &proctrack,
-        None,
-    ));
+    out.push(finding(&PROCTRACK, SCONTROL, Some(proctrack == "proctrack/cgroup"), &proctrack, None));
     let task = get("TaskPlugin");
-    out.push(finding(
-        &TASK,
-        SCONTROL,
-        Some(flags(&task).iter().any(|f| f == "task/cgroup")),
-        &task,
-        None,
-    ));
+    out.push(finding(&TASK, SCONTROL, Some(flags(&task).iter().any(|f| f == "task/cgroup")), &task, None));
     let prolog = get("PrologFlags");
-    out.push(finding(
-        &PROLOG,
-        SCONTROL,
-        Some(flags(&prolog).iter().any(|f| f == "contain")),
-        &prolog,
-        None,
-    ));
+    out.push(finding(&PROLOG, SCONTROL, Some(flags(&prolog).iter().any(|f| f == "contain")), &prolog, None));
 
     let (ptype, pflags) = (get("PriorityType"), flags(&get("PriorityFlags")));
     let default_on = version(&slurm_version).is_some_and(|v| v >= (19, 5));
-    let fair = pflags.iter().any(|f| f == "fair_tree")
-        || (default_on && !pflags.iter().any(|f| f == "no_fair_tree"));
+    let fair = pflags.iter().any(|f| f == "fair_tree") || (default_on && !pflags.iter().any(|f| f == "no_fair_tree"));
     let ok = ptype == "priority/multifactor" && fair;
     let note = (default_on && fair && !pflags.iter().any(|f| f == "fair_tree")).then(|| {
         format!("Slurm {slurm_version} uses the fair tree by default and shows PriorityFlags without FAIR_TREE; no NO_FAIR_TREE is set")
     });
-    let found = format!(
-        "PriorityType={ptype} PriorityFlags={}",
-        get("PriorityFlags")
-    );
+    let found = format!("PriorityType={ptype} PriorityFlags={}", get("PriorityFlags"));
     out.push(finding(&FAIR_TREE, SCONTROL, Some(ok), &found, note));
 
     let gather = get("JobAcctGatherType");
-    out.push(finding(
-        &ACCT_GATHER,
-        SCONTROL,
-        Some(gather == "jobacct_gather/cgroup"),
-        &gather,
-        None,
-    ));
+    out.push(finding(&ACCT_GATHER, SCONTROL, Some(gather == "jobacct_gather/cgroup"), &gather, None));
 
-    let cg = cgroup
-        .as_ref()
-        .map(|(path, text)| (path.to_string(), parse::cgroup_conf(text)));
+    let cg = cgroup.as_ref().map(|(path, text)| (path.to_string(), parse::cgroup_conf(text)));
     for c in [&DEVICES, &RAM, &CORES] {
         // 22.05 prints cgroup.conf in `scontrol show config` when a cgroup plugin is loaded.
         if let Some(v) = config.get(c.setting) {
-            out.push(finding(
-                c,
-                SCONTROL,
-                Some(v.eq_ignore_ascii_case("yes")),
-                v,
-                None,
-            ));
+            out.push(finding(c, SCONTROL, Some(v.eq_ignore_ascii_case("yes")), v, None));
             continue;
         }
         match &cg {
             Ok((path, map)) => {
-                let v = map
-                    .get(&c.setting.to_ascii_lowercase())
-                    .cloned()
-                    .unwrap_or_default();
-                let note = v
-                    .is_empty()
-                    .then(|| "not set (Slurm's default is no)".to_string());
-                out.push(finding(
-                    c,
-                    path,
-                    Some(v.eq_ignore_ascii_case("yes")),
-                    &v,
-                    note,
-                ));
+                let v = map.get(&c.setting.to_ascii_lowercase()).cloned().unwrap_or_default();
+                let note = v.is_empty().then(|| "not set (Slurm's default is no)".to_string());
+                out.push(finding(c, path, Some(v.eq_ignore_ascii_case("yes")), &v, note));
             }
             Err(why) => out.push(finding(c, "cgroup.conf", None, "", Some(why.to_string()))),
         }
     }
-    let ok = !out
-        .iter()
-        .any(|f| f.required && f.status == Status::Missing);
-    Report {
-        cluster: get("ClusterName"),
-        slurm_version,
-        findings: out,
-        ok,
-    }
+    let ok = !out.iter().any(|f| f.required && f.status == Status::Missing);
+    Report { cluster: get("ClusterName"), slurm_version, findings: out, ok }
 }
 
 /// cgroup.conf beside slurm.conf, unless a path is given.
 pub fn cgroup_path(config: &BTreeMap<String, String>) -> String {
-    let conf = config
-        .get("SLURM_CONF")
-        .map(String::as_str)
-        .unwrap_or("/etc/slurm/slurm.conf");
+    let conf = config.get("SLURM_CONF").map(String::as_str).unwrap_or("/etc/slurm/slurm.conf");
     match conf.rsplit_once('/') {
         Some((dir, _)) if !dir.is_empty() => format!("{dir}/cgroup.conf"),
         _ => "/etc/slurm/cgroup.conf".into(),
@@ -286,21 +212,15 @@ pub fn cgroup_path(config: &BTreeMap<String, String>) -> String {
 }
 
 /// Reads the configuration through the backend and diagnoses it.
-pub async fn doctor(
-    slurm: &dyn Slurm,
-    cgroup_conf: Option<HostPath>,
-) -> Result<Report, SlurmError> {
+pub async fn doctor(slurm: &dyn Slurm, cgroup_conf: Option<HostPath>) -> Result<Report, SlurmError> {
     let config = slurm.config().await?;
     let path = match cgroup_conf {
         Some(p) => p,
-        None => HostPath::parse(&cgroup_path(&config))
-            .map_err(|e| SlurmError::Invalid(e.to_string()))?,
+        None => HostPath::parse(&cgroup_path(&config)).map_err(|e| SlurmError::Invalid(e.to_string()))?,
     };
     let text = slurm.read_file(&path).await?;
-    let cgroup = text
-        .as_deref()
-        .map(|t| (path.as_str(), t))
-        .ok_or_else(|| format!("{} is not readable", path.as_str()));
+    let cgroup =
+        text.as_deref().map(|t| (path.as_str(), t)).ok_or_else(|| format!("{} is not readable", path.as_str()));
     Ok(diagnose(&config, cgroup))
 }
 
@@ -314,11 +234,7 @@ pub fn render(r: &Report) -> String {
             (Status::Missing, false) => "advised",
             (Status::Unknown, _) => "unknown",
         };
-        let found = if f.found.is_empty() {
-            "(not set)"
-        } else {
-            &f.found
-        };
+        let found = if f.found.is_empty() { "(not set)" } else { &f.found };
         s.push_str(&format!("{tag}  {}: {found}  [{}]\n", f.setting, f.source));
         if let Some(n) = &f.note {
             s.push_str(&format!("         note: {n}\n"));
@@ -330,11 +246,7 @@ pub fn render(r: &Report) -> String {
             ));
         }
     }
-    let missing = r
-        .findings
-        .iter()
-        .filter(|f| f.required && f.status == Status::Missing)
-        .count();
+    let missing = r.findings.iter().filter(|f| f.required && f.status == Status::Missing).count();
     s.push_str(&if missing == 0 {
         "no must-have is missing\n".to_string()
     } else {

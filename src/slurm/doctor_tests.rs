@@ -1,10 +1,7 @@
 use super::*;
 
 fn conf(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn good() -> BTreeMap<String, String> {
@@ -22,108 +19,57 @@ fn good() -> BTreeMap<String, String> {
     ])
 }
 
-const CGROUP: &str =
-    "CgroupPlugin=autodetect\nConstrainRAMSpace=yes\nConstrainCores=yes\nConstrainDevices=yes\n";
+const CGROUP: &str = "CgroupPlugin=autodetect\nConstrainRAMSpace=yes\nConstrainCores=yes\nConstrainDevices=yes\n";
 
 fn status(r: &Report, setting: &str) -> Status {
-    r.findings
-        .iter()
-        .find(|f| f.setting == setting)
-        .unwrap()
-        .status
+    r.findings.iter().find(|f| f.setting == setting).unwrap().status
 }
 
 #[test]
 fn a_good_cluster_passes_and_fair_tree_by_default_is_recognised() {
     let r = diagnose(&good(), Ok(("/etc/slurm/cgroup.conf", CGROUP)));
     assert!(r.ok, "{}", render(&r));
-    assert!(
-        r.findings.iter().all(|f| f.status == Status::Ok),
-        "{}",
-        render(&r)
-    );
-    let fair = r
-        .findings
-        .iter()
-        .find(|f| f.setting == "PriorityFlags")
-        .unwrap();
+    assert!(r.findings.iter().all(|f| f.status == Status::Ok), "{}", render(&r));
+    let fair = r.findings.iter().find(|f| f.setting == "PriorityFlags").unwrap();
     assert!(fair.note.as_deref().unwrap().contains("by default"));
 }
 
 #[test]
 fn each_pitfall_is_reported_with_consequence_and_fix() {
     let mut c = good();
-    c.insert(
-        "AccountingStorageEnforce".into(),
-        "associations,limits".into(),
-    );
+    c.insert("AccountingStorageEnforce".into(), "associations,limits".into());
     c.insert("PriorityFlags".into(), "NO_FAIR_TREE".into());
     c.insert("PrologFlags".into(), "".into());
-    let r = diagnose(
-        &c,
-        Ok((
-            "/etc/slurm/cgroup.conf",
-            "ConstrainCores=yes\nConstrainRAMSpace=no\n",
-        )),
-    );
+    let r = diagnose(&c, Ok(("/etc/slurm/cgroup.conf", "ConstrainCores=yes\nConstrainRAMSpace=no\n")));
     assert!(!r.ok);
-    for s in [
-        "AccountingStorageEnforce",
-        "PriorityFlags",
-        "PrologFlags",
-        "ConstrainRAMSpace",
-        "ConstrainDevices",
-    ] {
+    for s in ["AccountingStorageEnforce", "PriorityFlags", "PrologFlags", "ConstrainRAMSpace", "ConstrainDevices"] {
         assert_eq!(status(&r, s), Status::Missing, "{s}");
     }
     assert_eq!(status(&r, "ConstrainCores"), Status::Ok);
-    let e = r
-        .findings
-        .iter()
-        .find(|f| f.setting == "AccountingStorageEnforce")
-        .unwrap();
+    let e = r.findings.iter().find(|f| f.setting == "AccountingStorageEnforce").unwrap();
     assert!(e.consequence.contains("advisory only") && e.note.as_deref() == Some("lacks qos,safe"));
-    let d = r
-        .findings
-        .iter()
-        .find(|f| f.setting == "ConstrainDevices")
-        .unwrap();
+    let d = r.findings.iter().find(|f| f.setting == "ConstrainDevices").unwrap();
     assert!(d.consequence.contains("--gres=gpu:1") && d.fix.contains("ConstrainDevices=yes"));
     let text = render(&r);
-    assert!(
-        text.contains("MISSING  ConstrainDevices") && text.contains("5 must-have(s) missing"),
-        "{text}"
-    );
+    assert!(text.contains("MISSING  ConstrainDevices") && text.contains("5 must-have(s) missing"), "{text}");
 }
 
 #[test]
 fn safe_implies_limits_and_associations() {
     let mut c = good();
     c.insert("AccountingStorageEnforce".into(), "qos,safe".into());
-    assert_eq!(
-        status(&diagnose(&c, Ok(("x", CGROUP))), "AccountingStorageEnforce"),
-        Status::Ok
-    );
+    assert_eq!(status(&diagnose(&c, Ok(("x", CGROUP))), "AccountingStorageEnforce"), Status::Ok);
 }
 
 #[test]
 fn fair_tree_must_be_explicit_before_19_05_and_needs_multifactor() {
     let mut c = good();
     c.insert("SLURM_VERSION".into(), "18.08.9".into());
-    assert_eq!(
-        status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"),
-        Status::Missing
-    );
+    assert_eq!(status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"), Status::Missing);
     c.insert("PriorityFlags".into(), "FAIR_TREE".into());
-    assert_eq!(
-        status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"),
-        Status::Ok
-    );
+    assert_eq!(status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"), Status::Ok);
     c.insert("PriorityType".into(), "priority/basic".into());
-    assert_eq!(
-        status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"),
-        Status::Missing
-    );
+    assert_eq!(status(&diagnose(&c, Ok(("x", CGROUP))), "PriorityFlags"), Status::Missing);
 }
 
 #[test]
@@ -136,17 +82,11 @@ fn an_unreadable_cgroup_conf_is_unknown_not_failed_and_the_advice_is_not_require
     assert_eq!(status(&r, "JobAcctGatherType"), Status::Missing);
     // scontrol prints the cgroup settings itself when a cgroup plugin is loaded.
     c.insert("ConstrainDevices".into(), "no".into());
-    assert_eq!(
-        status(&diagnose(&c, Err("x".into())), "ConstrainDevices"),
-        Status::Missing
-    );
+    assert_eq!(status(&diagnose(&c, Err("x".into())), "ConstrainDevices"), Status::Missing);
 }
 
 #[test]
 fn cgroup_conf_sits_beside_slurm_conf() {
     assert_eq!(cgroup_path(&good()), "/etc/slurm/cgroup.conf");
-    assert_eq!(
-        cgroup_path(&conf(&[("SLURM_CONF", "/opt/s/etc/slurm.conf")])),
-        "/opt/s/etc/cgroup.conf"
-    );
+    assert_eq!(cgroup_path(&conf(&[("SLURM_CONF", "/opt/s/etc/slurm.conf")])), "/opt/s/etc/cgroup.conf");
 }

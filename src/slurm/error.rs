@@ -38,24 +38,12 @@ pub enum SlurmError {
     Invalid(String),
     /// The command ran, but reading back shows a different state.
     #[error("{what} did not take effect: want {want}, Slurm shows {got}")]
-    NotConverged {
-        what: String,
-        want: String,
-        got: String,
-    },
+    NotConverged { what: String, want: String, got: String },
     #[error("{cmd}: unexpected output line {line:?}: {why}")]
-    Parse {
-        cmd: String,
-        line: String,
-        why: String,
-    },
+    Parse { cmd: String, line: String, why: String },
     /// A failure this backend does not recognise.
     #[error("{cmd} failed (exit {code}): {detail}")]
-    Failed {
-        cmd: String,
-        code: i32,
-        detail: String,
-    },
+    Failed { cmd: String, code: i32, detail: String },
 }
 
 impl SlurmError {
@@ -64,15 +52,10 @@ impl SlurmError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SlurmError::Transport { source, .. } => {
-                matches!(
-                    source,
-                    TransportError::Timeout { .. } | TransportError::Transient(_)
-                )
+                matches!(source, TransportError::Timeout { .. } | TransportError::Transient(_))
             }
             // Jobs end (or slurmdbd learns that they ended) without anyone acting on onramp's side.
-            SlurmError::Unreachable { .. }
-            | SlurmError::NotConverged { .. }
-            | SlurmError::JobsActive { .. } => true,
+            SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } | SlurmError::JobsActive { .. } => true,
             _ => false,
         }
     }

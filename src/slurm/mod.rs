@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use cli::SlurmCli;
+pub use cli::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
 pub use types::*;
 
@@ -52,28 +52,17 @@ pub trait Slurm: Send + Sync {
     /// The user's default account and associations on the cluster; `None` if Slurm has no such user.
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>>;
     /// Every association (accounts' and users') whose account is one of `accounts`, in one read.
-    fn associations<'a>(
-        &'a self,
-        accounts: &'a [SlurmAccount],
-    ) -> SlurmFuture<'a, Vec<Association>>;
+    fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>>;
 
     /// `MaxJobs=0 GrpJobs=0 MaxSubmitJobs=0` on each of the user's associations: running jobs go
     /// on, nothing new starts, and sbatch refuses new jobs.
     fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured>;
     /// Lifts the block: MaxJobs and GrpJobs from `limits` (unlimited when unset), MaxSubmitJobs cleared.
-    fn unblock_user<'a>(
-        &'a self,
-        user: &'a Username,
-        limits: &'a UserLimits,
-    ) -> SlurmFuture<'a, Ensured>;
+    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured>;
     /// `GrpJobs=0 GrpSubmitJobs=0` on the account: caps its whole subtree.
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured>;
     /// Lifts the block: GrpJobs to `grp_jobs`, GrpSubmitJobs cleared.
-    fn unblock_account<'a>(
-        &'a self,
-        account: &'a SlurmAccount,
-        grp_jobs: Limit,
-    ) -> SlurmFuture<'a, Ensured>;
+    fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured>;
 
     /// Jobs slurmctld still knows (pending, running, completing…). An account's scope includes
     /// every account below it (a tenant's jobs are charged to its teams).
@@ -89,11 +78,8 @@ pub trait Slurm: Send + Sync {
 
     /// Removes the user's association with the account, refusing while the user has jobs there;
     /// switches the DefaultAccount to another association first when needed.
-    fn delete_user_association<'a>(
-        &'a self,
-        user: &'a Username,
-        account: &'a SlurmAccount,
-    ) -> SlurmFuture<'a, Deleted>;
+    fn delete_user_association<'a>(&'a self, user: &'a Username, account: &'a SlurmAccount)
+    -> SlurmFuture<'a, Deleted>;
     /// Removes the user's associations on the cluster and the user record; refuses while the
     /// user has jobs.
     fn delete_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Deleted>;

@@ -35,16 +35,10 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
     };
     let detail = || first_lines(&text);
     if is_unreachable(&text) {
-        return Err(SlurmError::Unreachable {
-            cmd: cmd.into(),
-            detail: detail(),
-        });
+        return Err(SlurmError::Unreachable { cmd: cmd.into(), detail: detail() });
     }
     if text.contains("Job(s) active") {
-        return Err(SlurmError::JobsActive {
-            what: cmd.into(),
-            jobs: job_ids_in(&text),
-        });
+        return Err(SlurmError::JobsActive { what: cmd.into(), jobs: job_ids_in(&text) });
     }
     if let Some(parent) = quoted("Parent account ") {
         return Err(SlurmError::MissingParent(parent));
@@ -56,22 +50,13 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
         return Err(SlurmError::MissingAccount(account));
     }
     if text.contains("no TRES known") {
-        return Err(SlurmError::UnknownTres {
-            cmd: cmd.into(),
-            detail: detail(),
-        });
+        return Err(SlurmError::UnknownTres { cmd: cmd.into(), detail: detail() });
     }
     if text.contains("bad qos") || text.contains("bad default qos") {
-        return Err(SlurmError::UnknownQos {
-            cmd: cmd.into(),
-            detail: detail(),
-        });
+        return Err(SlurmError::UnknownQos { cmd: cmd.into(), detail: detail() });
     }
     if text.contains("Invalid user") {
-        return Err(SlurmError::UnknownUnixUser {
-            cmd: cmd.into(),
-            detail: detail(),
-        });
+        return Err(SlurmError::UnknownUnixUser { cmd: cmd.into(), detail: detail() });
     }
     if out.code == 0 {
         return Ok(Outcome::Done);
@@ -85,11 +70,7 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
             return Ok(o);
         }
     }
-    Err(SlurmError::Failed {
-        cmd: cmd.into(),
-        code: out.code,
-        detail: detail(),
-    })
+    Err(SlurmError::Failed { cmd: cmd.into(), code: out.code, detail: detail() })
 }
 
 /// A read: rc 0 with the rows on stdout, or an error. squeue prints unknown users on stderr
@@ -97,23 +78,13 @@ pub fn outcome(cmd: &str, out: &Output) -> Result<Outcome, SlurmError> {
 pub fn read_ok<'a>(cmd: &str, out: &'a Output) -> Result<&'a str, SlurmError> {
     let text = format!("{}\n{}", out.stderr, out.stdout);
     if is_unreachable(&text) {
-        return Err(SlurmError::Unreachable {
-            cmd: cmd.into(),
-            detail: first_lines(&text),
-        });
+        return Err(SlurmError::Unreachable { cmd: cmd.into(), detail: first_lines(&text) });
     }
     if out.stderr.contains("Invalid user") {
-        return Err(SlurmError::UnknownUnixUser {
-            cmd: cmd.into(),
-            detail: first_lines(&out.stderr),
-        });
+        return Err(SlurmError::UnknownUnixUser { cmd: cmd.into(), detail: first_lines(&out.stderr) });
     }
     if out.code != 0 {
-        return Err(SlurmError::Failed {
-            cmd: cmd.into(),
-            code: out.code,
-            detail: first_lines(&text),
-        });
+        return Err(SlurmError::Failed { cmd: cmd.into(), code: out.code, detail: first_lines(&text) });
     }
     Ok(&out.stdout)
 }
@@ -132,48 +103,31 @@ fn is_unreachable(text: &str) -> bool {
 }
 
 fn first_lines(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .take(3)
-        .collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).take(3).collect();
     lines.join(" / ")
 }
 
 /// `JobID = 8 …` lines of a refused delete.
 fn job_ids_in(text: &str) -> Vec<String> {
-    text.split("JobID = ")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
+    text.split("JobID = ").skip(1).filter_map(|s| s.split_whitespace().next()).map(str::to_string).collect()
 }
 
 fn bad(cmd: &str, line: &str, why: impl Into<String>) -> SlurmError {
-    SlurmError::Parse {
-        cmd: cmd.into(),
-        line: line.into(),
-        why: why.into(),
-    }
+    SlurmError::Parse { cmd: cmd.into(), line: line.into(), why: why.into() }
 }
 
 fn limit(cmd: &str, line: &str, s: &str) -> Result<Limit, SlurmError> {
     if s.is_empty() {
         return Ok(Limit::Unlimited);
     }
-    s.parse()
-        .map(Limit::At)
-        .map_err(|_| bad(cmd, line, format!("{s:?} is not a count")))
+    s.parse().map(Limit::At).map_err(|_| bad(cmd, line, format!("{s:?} is not a count")))
 }
 
 fn fairshare(cmd: &str, line: &str, s: &str) -> Result<Fairshare, SlurmError> {
     if s.eq_ignore_ascii_case("parent") {
         return Ok(Fairshare::Parent);
     }
-    s.parse()
-        .map(Fairshare::Shares)
-        .map_err(|_| bad(cmd, line, format!("{s:?} is not a fairshare")))
+    s.parse().map(Fairshare::Shares).map_err(|_| bad(cmd, line, format!("{s:?} is not a fairshare")))
 }
 
 fn tres(cmd: &str, line: &str, s: &str) -> Result<Tres, SlurmError> {
@@ -183,17 +137,9 @@ fn tres(cmd: &str, line: &str, s: &str) -> Result<Tres, SlurmError> {
 /// One association from its [`ASSOC_FORMAT`] fields.
 fn assoc(cmd: &str, line: &str, f: &[&str]) -> Result<Association, SlurmError> {
     if f.len() != ASSOC_FIELDS {
-        return Err(bad(
-            cmd,
-            line,
-            format!("expected {ASSOC_FIELDS} fields, got {}", f.len()),
-        ));
+        return Err(bad(cmd, line, format!("expected {ASSOC_FIELDS} fields, got {}", f.len())));
     }
-    let mut qos: Vec<String> = f[12]
-        .split(',')
-        .filter(|q| !q.is_empty())
-        .map(str::to_string)
-        .collect();
+    let mut qos: Vec<String> = f[12].split(',').filter(|q| !q.is_empty()).map(str::to_string).collect();
     qos.sort();
     Ok(Association {
         cluster: f[0].into(),
@@ -214,10 +160,7 @@ fn assoc(cmd: &str, line: &str, f: &[&str]) -> Result<Association, SlurmError> {
 }
 
 fn rows(stdout: &str) -> impl Iterator<Item = (&str, Vec<&str>)> {
-    stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| (l, l.split('|').collect()))
+    stdout.lines().filter(|l| !l.trim().is_empty()).map(|l| (l, l.split('|').collect()))
 }
 
 /// `sacctmgr -n -P show assoc … format=ASSOC_FORMAT`.
@@ -230,17 +173,9 @@ pub fn accounts(cmd: &str, stdout: &str) -> Result<Vec<AccountState>, SlurmError
     rows(stdout)
         .map(|(line, f)| {
             if f.len() != ASSOC_FIELDS + 2 {
-                return Err(bad(
-                    cmd,
-                    line,
-                    format!("expected {} fields, got {}", ASSOC_FIELDS + 2, f.len()),
-                ));
+                return Err(bad(cmd, line, format!("expected {} fields, got {}", ASSOC_FIELDS + 2, f.len())));
             }
-            Ok(AccountState {
-                description: f[0].into(),
-                organization: f[1].into(),
-                assoc: assoc(cmd, line, &f[2..])?,
-            })
+            Ok(AccountState { description: f[0].into(), organization: f[1].into(), assoc: assoc(cmd, line, &f[2..])? })
         })
         .collect()
 }
@@ -251,11 +186,7 @@ pub fn user_assocs(cmd: &str, stdout: &str) -> Result<Vec<(String, Association)>
     rows(stdout)
         .map(|(line, f)| {
             if f.len() != ASSOC_FIELDS + 1 {
-                return Err(bad(
-                    cmd,
-                    line,
-                    format!("expected {} fields, got {}", ASSOC_FIELDS + 1, f.len()),
-                ));
+                return Err(bad(cmd, line, format!("expected {} fields, got {}", ASSOC_FIELDS + 1, f.len())));
             }
             Ok((f[0].to_string(), assoc(cmd, line, &f[1..])?))
         })
@@ -277,13 +208,7 @@ pub fn jobs(cmd: &str, stdout: &str) -> Result<Vec<Job>, SlurmError> {
                 "CONFIGURING" => JobState::Configuring,
                 other => JobState::Other(other.to_string()),
             };
-            Ok(Job {
-                id: id.into(),
-                user: user.into(),
-                account: account.into(),
-                state,
-                reason: reason.into(),
-            })
+            Ok(Job { id: id.into(), user: user.into(), account: account.into(), state, reason: reason.into() })
         })
         .collect()
 }
@@ -295,14 +220,7 @@ pub fn config(stdout: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| {
             let v = v.trim();
-            (
-                k.trim().to_string(),
-                if v == "(null)" {
-                    String::new()
-                } else {
-                    v.to_string()
-                },
-            )
+            (k.trim().to_string(), if v == "(null)" { String::new() } else { v.to_string() })
         })
         .collect()
 }

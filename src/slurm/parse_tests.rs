@@ -4,36 +4,22 @@ use super::*;
 use crate::slurm::SlurmError;
 
 fn out(code: i32, stdout: &str, stderr: &str) -> Output {
-    Output {
-        code,
-        stdout: stdout.into(),
-        stderr: stderr.into(),
-    }
+    Output { code, stdout: stdout.into(), stderr: stderr.into() }
 }
 
 #[test]
 fn successful_writes_are_done() {
     let added = " Adding Account(s)\n  tenant-foo\n Settings\n  Description     = tenant foo\n";
     assert_eq!(outcome("c", &out(0, added, "")).unwrap(), Outcome::Done);
-    let modified =
-        " Modified user associations...\n  C = production A = ml-team-foo           U = alice\n";
+    let modified = " Modified user associations...\n  C = production A = ml-team-foo           U = alice\n";
     assert_eq!(outcome("c", &out(0, modified, "")).unwrap(), Outcome::Done);
 }
 
 #[test]
 fn nothing_new_modified_or_deleted_are_outcomes() {
-    assert_eq!(
-        outcome("c", &out(1, " Nothing new added.\n", "")).unwrap(),
-        Outcome::Exists
-    );
-    assert_eq!(
-        outcome("c", &out(1, " Nothing modified\n", "")).unwrap(),
-        Outcome::NothingModified
-    );
-    assert_eq!(
-        outcome("c", &out(1, " Nothing deleted\n", "")).unwrap(),
-        Outcome::NothingDeleted
-    );
+    assert_eq!(outcome("c", &out(1, " Nothing new added.\n", "")).unwrap(), Outcome::Exists);
+    assert_eq!(outcome("c", &out(1, " Nothing modified\n", "")).unwrap(), Outcome::NothingModified);
+    assert_eq!(outcome("c", &out(1, " Nothing deleted\n", "")).unwrap(), Outcome::NothingDeleted);
 }
 
 #[test]
@@ -48,20 +34,10 @@ fn a_missing_account_wins_over_nothing_new_added() {
         ),
     )
     .unwrap_err();
-    assert!(
-        matches!(&e, SlurmError::MissingAccount(a) if a == "x"),
-        "{e:?}"
-    );
+    assert!(matches!(&e, SlurmError::MissingAccount(a) if a == "x"), "{e:?}");
     assert!(!e.is_retryable());
-    let e = outcome(
-        "c",
-        &out(
-            1,
-            "",
-            " This account 'x' doesn't exist.\n No associations or wckeys created.\n",
-        ),
-    )
-    .unwrap_err();
+    let e = outcome("c", &out(1, "", " This account 'x' doesn't exist.\n No associations or wckeys created.\n"))
+        .unwrap_err();
     assert!(matches!(e, SlurmError::MissingAccount(_)));
 }
 
@@ -72,10 +48,7 @@ fn recorded_errors_are_classified() {
         &out(1, "", " Parent account 'nonexist' doesn't exist on cluster production\n        Contact your admin to add this account.\n No associations created.\n"),
     )
     .unwrap_err();
-    assert!(
-        matches!(&e, SlurmError::MissingParent(p) if p == "nonexist"),
-        "{e:?}"
-    );
+    assert!(matches!(&e, SlurmError::MissingParent(p) if p == "nonexist"), "{e:?}");
 
     let e = outcome(
         "c",
@@ -84,18 +57,18 @@ fn recorded_errors_are_classified() {
     .unwrap_err();
     assert_eq!(e.kind(), "unknown_tres");
 
-    let e = outcome("c", &out(1, "", "sacctmgr: error: You gave a bad qos 'nosuch'. Valid QOS's are normal\n Unknown option: qos=nosuch\n"))
-        .unwrap_err();
-    assert_eq!(e.kind(), "unknown_qos");
     let e = outcome(
         "c",
         &out(
             1,
             "",
-            "You gave a bad default qos 'nosuch'.  Use 'list qos' to get complete list.\n",
+            "sacctmgr: error: You gave a bad qos 'nosuch'. Valid QOS's are normal\n Unknown option: qos=nosuch\n",
         ),
     )
     .unwrap_err();
+    assert_eq!(e.kind(), "unknown_qos");
+    let e = outcome("c", &out(1, "", "You gave a bad default qos 'nosuch'.  Use 'list qos' to get complete list.\n"))
+        .unwrap_err();
     assert_eq!(e.kind(), "unknown_qos");
 
     let e = outcome(
@@ -103,28 +76,18 @@ fn recorded_errors_are_classified() {
         &out(1, "", " Error with request: Job(s) active, cancel job(s) before remove\n  JobID = 8          C = production A = probe-team U = onramp-alice\n  JobID = 9          C = production A = probe-team U = onramp-alice\n"),
     )
     .unwrap_err();
-    assert!(
-        matches!(&e, SlurmError::JobsActive { jobs, .. } if jobs == &["8", "9"]),
-        "{e:?}"
-    );
+    assert!(matches!(&e, SlurmError::JobsActive { jobs, .. } if jobs == &["8", "9"]), "{e:?}");
 
     let e = outcome("c", &out(1, " Can't modify because these users aren't associated with new default account 'x'...\n  U = u C = production\n", ""))
         .unwrap_err();
     assert!(matches!(e, SlurmError::MissingAccount(_)));
 
-    let e = outcome(
-        "c",
-        &out(1, "", "scancel: error: Invalid user name: nosuchuser\n"),
-    )
-    .unwrap_err();
+    let e = outcome("c", &out(1, "", "scancel: error: Invalid user name: nosuchuser\n")).unwrap_err();
     assert_eq!(e.kind(), "unknown_unix_user");
 
     let e = outcome("c", &out(1, "", " dump: Failed to stat /tmp/x: No such file or directory\n Note: For archive dump, the directory must be on the calling host.\n"))
         .unwrap_err();
-    assert!(
-        matches!(&e, SlurmError::Failed { detail, .. } if detail.contains("Failed to stat")),
-        "{e:?}"
-    );
+    assert!(matches!(&e, SlurmError::Failed { detail, .. } if detail.contains("Failed to stat")), "{e:?}");
     assert!(!e.is_retryable());
 }
 
@@ -142,11 +105,7 @@ fn unreachable_daemons_are_retryable() {
 
 #[test]
 fn squeue_of_an_unknown_user_is_an_error_though_rc_is_0() {
-    let e = read_ok(
-        "c",
-        &out(0, "", "squeue: error: Invalid user: nosuchuser\n\n"),
-    )
-    .unwrap_err();
+    let e = read_ok("c", &out(0, "", "squeue: error: Invalid user: nosuchuser\n\n")).unwrap_err();
     assert_eq!(e.kind(), "unknown_unix_user");
     assert_eq!(read_ok("c", &out(0, "", "")).unwrap(), "");
 }
@@ -160,14 +119,8 @@ fn association_rows() {
     .unwrap();
     assert_eq!(rows.len(), 2);
     let (t, a) = (&rows[0], &rows[1]);
-    assert_eq!(
-        (t.account.as_str(), t.user.as_str(), t.parent.as_str()),
-        ("tenant-foo", "", "root")
-    );
-    assert_eq!(
-        (t.fairshare, t.grp_jobs, t.max_jobs),
-        (Fairshare::Shares(300), Limit::At(200), Limit::Unlimited)
-    );
+    assert_eq!((t.account.as_str(), t.user.as_str(), t.parent.as_str()), ("tenant-foo", "", "root"));
+    assert_eq!((t.fairshare, t.grp_jobs, t.max_jobs), (Fairshare::Shares(300), Limit::At(200), Limit::Unlimited));
     assert_eq!(t.grp_tres.get("gres/gpu"), Some(4));
     assert_eq!(
         (a.fairshare, a.grp_jobs, a.max_jobs, a.max_submit_jobs),
@@ -183,32 +136,22 @@ fn association_rows() {
 
 #[test]
 fn account_and_user_rows() {
-    let a = accounts(
-        "c",
-        "tenant foo|tenant-foo|production|tenant-foo|||root|300|200||cpu=8,gres/gpu=4||||normal|\n",
-    )
-    .unwrap();
-    assert_eq!(
-        (a[0].description.as_str(), a[0].assoc.grp_jobs),
-        ("tenant foo", Limit::At(200))
-    );
-    let u = user_assocs(
-        "c",
-        "ml-team-foo|production|ml-team-foo|alice|||parent||||gres/gpu=10000|20||normal|normal\n",
-    )
-    .unwrap();
+    let a = accounts("c", "tenant foo|tenant-foo|production|tenant-foo|||root|300|200||cpu=8,gres/gpu=4||||normal|\n")
+        .unwrap();
+    assert_eq!((a[0].description.as_str(), a[0].assoc.grp_jobs), ("tenant foo", Limit::At(200)));
+    let u = user_assocs("c", "ml-team-foo|production|ml-team-foo|alice|||parent||||gres/gpu=10000|20||normal|normal\n")
+        .unwrap();
     assert_eq!(u[0].0, "ml-team-foo");
     assert_eq!(u[0].1.max_jobs, Limit::At(20));
 }
 
 #[test]
 fn squeue_rows() {
-    let j = jobs("c", "3|alice|ml-team-foo|PENDING|Resources\n4|alice|ml-team-foo|RUNNING|None\n5|bob|x|COMPLETING|None\n").unwrap();
+    let j =
+        jobs("c", "3|alice|ml-team-foo|PENDING|Resources\n4|alice|ml-team-foo|RUNNING|None\n5|bob|x|COMPLETING|None\n")
+            .unwrap();
     assert_eq!(j.len(), 3);
-    assert_eq!(
-        (j[0].id.as_str(), &j[0].state, j[0].reason.as_str()),
-        ("3", &JobState::Pending, "Resources")
-    );
+    assert_eq!((j[0].id.as_str(), &j[0].state, j[0].reason.as_str()), ("3", &JobState::Pending, "Resources"));
     assert_eq!(j[1].state, JobState::Running);
     assert_eq!(j[2].state, JobState::Completing);
     assert!(jobs("c", "3|alice\n").is_err());
@@ -219,17 +162,11 @@ fn config_and_cgroup_conf() {
     let c = config(
         "Configuration data as of 2026-11-30T00:07:22\nAccountingStorageEnforce = associations,limits,qos,safe\nPriorityFlags           =\nPrologFlags             = (null)\nSlurmctldHost[0]        = vm(localhost)\n\nSlurmctld(primary) at vm is UP\n",
     );
-    assert_eq!(
-        c["AccountingStorageEnforce"],
-        "associations,limits,qos,safe"
-    );
+    assert_eq!(c["AccountingStorageEnforce"], "associations,limits,qos,safe");
     assert_eq!(c["PriorityFlags"], "");
     assert_eq!(c["PrologFlags"], "");
     let g = cgroup_conf(
         "# comment\nCgroupPlugin=autodetect\nConstrainDevices = yes # the critical line\nconstraincores=no\n",
     );
-    assert_eq!(
-        (g["constraindevices"].as_str(), g["constraincores"].as_str()),
-        ("yes", "no")
-    );
+    assert_eq!((g["constraindevices"].as_str(), g["constraincores"].as_str()), ("yes", "no"));
 }

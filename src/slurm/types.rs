@@ -69,17 +69,8 @@ pub struct TresError {
 fn check_tres_name(name: &str) -> Result<(), TresError> {
     let ok = !name.is_empty()
         && name.as_bytes()[0].is_ascii_lowercase()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "/_:-".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(TresError {
-            value: name.into(),
-            why: "not a TRES name like cpu or gres/gpu",
-        })
-    }
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "/_:-".contains(c));
+    if ok { Ok(()) } else { Err(TresError { value: name.into(), why: "not a TRES name like cpu or gres/gpu" }) }
 }
 
 impl Tres {
@@ -107,20 +98,11 @@ impl Tres {
     pub fn parse(s: &str) -> Result<Self, TresError> {
         let mut map = BTreeMap::new();
         for item in s.split(',').filter(|i| !i.is_empty()) {
-            let bad = |why| TresError {
-                value: item.to_string(),
-                why,
-            };
-            let (name, value) = item
-                .split_once('=')
-                .ok_or_else(|| bad("expected name=count"))?;
+            let bad = |why| TresError { value: item.to_string(), why };
+            let (name, value) = item.split_once('=').ok_or_else(|| bad("expected name=count"))?;
             check_tres_name(name)?;
-            let digits_end = value
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(value.len());
-            let n: u64 = value[..digits_end]
-                .parse()
-                .map_err(|_| bad("the count is not a number"))?;
+            let digits_end = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+            let n: u64 = value[..digits_end].parse().map_err(|_| bad("the count is not a number"))?;
             let scale: u64 = match &value[digits_end..] {
                 "" | "M" => 1,
                 "G" => 1 << 10,
@@ -136,19 +118,9 @@ impl Tres {
     /// The `set GrpTRES=…` argument that turns `current` into `self`: changed and new counts,
     /// and `-1` for every count `self` no longer has. `None` when they are equal.
     pub fn update_from(&self, current: &Tres) -> Option<String> {
-        let mut parts: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(k, v)| current.0.get(*k) != Some(v))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        parts.extend(
-            current
-                .0
-                .keys()
-                .filter(|k| !self.0.contains_key(*k))
-                .map(|k| format!("{k}=-1")),
-        );
+        let mut parts: Vec<String> =
+            self.0.iter().filter(|(k, v)| current.0.get(*k) != Some(v)).map(|(k, v)| format!("{k}={v}")).collect();
+        parts.extend(current.0.keys().filter(|k| !self.0.contains_key(*k)).map(|k| format!("{k}=-1")));
         (!parts.is_empty()).then(|| parts.join(","))
     }
 }
@@ -182,23 +154,14 @@ pub struct SlurmText(String);
 
 impl SlurmText {
     pub fn parse(s: &str) -> Result<Self, crate::names::NameError> {
-        let err = |why| {
-            Err(crate::names::NameError {
-                kind: "Slurm text",
-                value: s.chars().take(80).collect(),
-                why,
-            })
-        };
+        let err = |why| Err(crate::names::NameError { kind: "Slurm text", value: s.chars().take(80).collect(), why });
         if s.is_empty() || s.len() > 100 {
             return err("it must have 1 to 100 characters");
         }
         if s.starts_with(['-', ' ']) || s.ends_with(' ') {
             return err("it must not start with - or a space, nor end with a space");
         }
-        if !s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || " -_.()&".contains(c))
-        {
+        if !s.chars().all(|c| c.is_ascii_alphanumeric() || " -_.()&".contains(c)) {
             return err("only letters, digits, spaces and -_.()& are allowed");
         }
         Ok(Self(s.to_string()))
@@ -393,27 +356,15 @@ pub struct HostPath(String);
 
 impl HostPath {
     pub fn parse(s: &str) -> Result<Self, crate::names::NameError> {
-        let err = |why| {
-            Err(crate::names::NameError {
-                kind: "host path",
-                value: s.chars().take(80).collect(),
-                why,
-            })
-        };
+        let err = |why| Err(crate::names::NameError { kind: "host path", value: s.chars().take(80).collect(), why });
         if !s.starts_with('/') || s.len() > 200 {
             return err("it must be an absolute path of at most 200 characters");
         }
         let parts: Vec<&str> = s.split('/').skip(1).filter(|p| !p.is_empty()).collect();
-        if parts
-            .iter()
-            .any(|p| *p == "." || *p == ".." || p.starts_with('-'))
-        {
+        if parts.iter().any(|p| *p == "." || *p == ".." || p.starts_with('-')) {
             return err("no ., .. or components starting with -");
         }
-        if !parts.iter().all(|p| {
-            p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        }) {
+        if !parts.iter().all(|p| p.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))) {
             return err("only letters, digits and ._- in components");
         }
         Ok(Self(s.to_string()))
@@ -439,10 +390,7 @@ mod tests {
     #[test]
     fn tres_parses_slurm_form_with_units() {
         let t = Tres::parse("cpu=8,gres/gpu=4,mem=2G").unwrap();
-        assert_eq!(
-            (t.get("cpu"), t.get("gres/gpu"), t.get("mem")),
-            (Some(8), Some(4), Some(2048))
-        );
+        assert_eq!((t.get("cpu"), t.get("gres/gpu"), t.get("mem")), (Some(8), Some(4), Some(2048)));
         assert!(Tres::parse("").unwrap().is_empty());
         assert!(Tres::parse("cpu").is_err());
         assert!(Tres::parse("cpu=x").is_err());
@@ -453,15 +401,9 @@ mod tests {
     #[test]
     fn tres_update_sets_changes_and_clears_what_is_gone() {
         let cur = Tres::parse("cpu=8,gres/gpu=4").unwrap();
-        assert_eq!(
-            Tres::gpus(8).update_from(&cur).as_deref(),
-            Some("gres/gpu=8,cpu=-1")
-        );
+        assert_eq!(Tres::gpus(8).update_from(&cur).as_deref(), Some("gres/gpu=8,cpu=-1"));
         assert_eq!(cur.update_from(&cur), None);
-        assert_eq!(
-            Tres::new().update_from(&Tres::gpus(1)).as_deref(),
-            Some("gres/gpu=-1")
-        );
+        assert_eq!(Tres::new().update_from(&Tres::gpus(1)).as_deref(), Some("gres/gpu=-1"));
         assert!(Tres::new().with("gres/gpu", 1).is_ok());
         assert!(Tres::new().with("gpu=1,cpu", 1).is_err());
     }
@@ -472,11 +414,7 @@ mod tests {
         for bad in ["", "-x", " x", "a=b", "a,b", "a'b", "a\"b", "x$y", "é"] {
             assert!(SlurmText::parse(bad).is_err(), "{bad:?}");
         }
-        assert!(
-            SlurmText::parse("Tenant Foo")
-                .unwrap()
-                .matches("tenant foo")
-        );
+        assert!(SlurmText::parse("Tenant Foo").unwrap().matches("tenant foo"));
         assert!(HostPath::parse("/var/spool/slurm/archive").is_ok());
         for bad in ["rel", "/a/../b", "/a/-x", "/a b", "/a;b"] {
             assert!(HostPath::parse(bad).is_err(), "{bad:?}");

@@ -10,10 +10,7 @@ use super::*;
 pub(super) fn user_sets(limits: &UserLimits, cur: Option<&Association>) -> Sets {
     let mut sets: Sets = vec![];
     let l = limits;
-    if let Some(f) = l
-        .fairshare
-        .filter(|f| cur.is_none_or(|a| a.fairshare != *f))
-    {
+    if let Some(f) = l.fairshare.filter(|f| cur.is_none_or(|a| a.fairshare != *f)) {
         sets.push(("Fairshare", f.arg()));
     }
     if let Some(q) = &l.qos {
@@ -24,11 +21,7 @@ pub(super) fn user_sets(limits: &UserLimits, cur: Option<&Association>) -> Sets 
             sets.push(("QOS", want.join(",")));
         }
     }
-    if let Some(d) = l
-        .default_qos
-        .as_ref()
-        .filter(|d| cur.is_none_or(|a| a.default_qos != d.as_str()))
-    {
+    if let Some(d) = l.default_qos.as_ref().filter(|d| cur.is_none_or(|a| a.default_qos != d.as_str())) {
         sets.push(("DefaultQOS", d.to_string()));
     }
     if let Some(j) = l.max_jobs.filter(|j| cur.is_none_or(|a| a.max_jobs != *j)) {
@@ -50,11 +43,7 @@ pub(super) fn user_sets(limits: &UserLimits, cur: Option<&Association>) -> Sets 
 /// The block (or the unblock to `limits`) as the three job limits it sets.
 fn block_values(unblock: Option<&UserLimits>) -> [(&'static str, Limit); 3] {
     match unblock {
-        None => [
-            ("MaxJobs", Limit::At(0)),
-            ("GrpJobs", Limit::At(0)),
-            ("MaxSubmitJobs", Limit::At(0)),
-        ],
+        None => [("MaxJobs", Limit::At(0)), ("GrpJobs", Limit::At(0)), ("MaxSubmitJobs", Limit::At(0))],
         Some(l) => [
             ("MaxJobs", l.max_jobs.unwrap_or(Limit::Unlimited)),
             ("GrpJobs", l.grp_jobs.unwrap_or(Limit::Unlimited)),
@@ -69,20 +58,15 @@ fn holds(a: &Association, values: &[(&'static str, Limit); 3]) -> bool {
 
 impl SlurmCli {
     /// Users known to Slurm, with their partition-less associations on this cluster.
-    pub(super) async fn read_users(
-        &self,
-        users: &[Username],
-    ) -> Result<BTreeMap<String, UserState>, SlurmError> {
+    pub(super) async fn read_users(&self, users: &[Username]) -> Result<BTreeMap<String, UserState>, SlurmError> {
         let cmd = command::show_users(&self.cluster, users);
         let mut map: BTreeMap<String, UserState> = BTreeMap::new();
         for (default, a) in parse::user_assocs(&cmd.to_string(), &self.read(&cmd).await?)? {
             if a.user.is_empty() {
                 continue;
             }
-            let entry = map.entry(a.user.clone()).or_insert_with(|| UserState {
-                default_account: default,
-                assocs: vec![],
-            });
+            let entry =
+                map.entry(a.user.clone()).or_insert_with(|| UserState { default_account: default, assocs: vec![] });
             if a.cluster == self.cluster.as_str() && a.partition.is_empty() {
                 entry.assocs.push(a);
             }
@@ -98,9 +82,7 @@ impl SlurmCli {
         limits: &UserLimits,
     ) -> Result<Ensured, SlurmError> {
         if limits.qos.as_ref().is_some_and(|q| q.is_empty()) {
-            return Err(SlurmError::Invalid(
-                "the QOS list of an association must not be empty".into(),
-            ));
+            return Err(SlurmError::Invalid("the QOS list of an association must not be empty".into()));
         }
         let mut users = users.to_vec();
         users.sort();
@@ -108,30 +90,18 @@ impl SlurmCli {
         if users.is_empty() {
             return Ok(Ensured::default());
         }
-        let assoc_of = |s: &UserState| {
-            s.assocs
-                .iter()
-                .find(|a| a.account == account.as_str())
-                .cloned()
-        };
+        let assoc_of = |s: &UserState| s.assocs.iter().find(|a| a.account == account.as_str()).cloned();
         let current = self.read_users(&users).await?;
         let mut done = Ensured::default();
 
-        let missing: Vec<Username> = users
-            .iter()
-            .filter(|u| current.get(u.as_str()).and_then(assoc_of).is_none())
-            .cloned()
-            .collect();
+        let missing: Vec<Username> =
+            users.iter().filter(|u| current.get(u.as_str()).and_then(assoc_of).is_none()).cloned().collect();
         if !missing.is_empty() {
             let mut sets = user_sets(limits, None);
             if default_account {
                 sets.push(("DefaultAccount", account.to_string()));
             }
-            if self
-                .write(&command::add_users(&self.cluster, &missing, account, &sets))
-                .await?
-                == Outcome::Done
-            {
+            if self.write(&command::add_users(&self.cluster, &missing, account, &sets)).await? == Outcome::Done {
                 done.created.extend(missing.iter().map(|u| u.to_string()));
             }
         }
@@ -146,37 +116,18 @@ impl SlurmCli {
             }
         }
         for (sets, who) in &by_change {
-            self.write(&command::modify_users(
-                &self.cluster,
-                who,
-                Some(account),
-                sets,
-            ))
-            .await?;
-            done.changed.extend(
-                who.iter()
-                    .flat_map(|u| sets.iter().map(move |(k, _)| format!("{u}: {k}"))),
-            );
+            self.write(&command::modify_users(&self.cluster, who, Some(account), sets)).await?;
+            done.changed.extend(who.iter().flat_map(|u| sets.iter().map(move |(k, _)| format!("{u}: {k}"))));
         }
         if default_account {
             let switch: Vec<Username> = users
                 .iter()
-                .filter(|u| {
-                    current
-                        .get(u.as_str())
-                        .is_some_and(|s| s.default_account != account.as_str())
-                })
+                .filter(|u| current.get(u.as_str()).is_some_and(|s| s.default_account != account.as_str()))
                 .cloned()
                 .collect();
             if !switch.is_empty() {
-                self.write(&command::set_default_account(
-                    &self.cluster,
-                    &switch,
-                    account,
-                ))
-                .await?;
-                done.changed
-                    .extend(switch.iter().map(|u| format!("{u}: DefaultAccount")));
+                self.write(&command::set_default_account(&self.cluster, &switch, account)).await?;
+                done.changed.extend(switch.iter().map(|u| format!("{u}: DefaultAccount")));
             }
         }
         if done.is_noop() && missing.is_empty() {
@@ -187,15 +138,11 @@ impl SlurmCli {
             let state = back.get(u.as_str());
             let a = state.and_then(assoc_of);
             let left = user_sets(limits, a.as_ref());
-            let default_ok =
-                !default_account || state.is_some_and(|s| s.default_account == account.as_str());
+            let default_ok = !default_account || state.is_some_and(|s| s.default_account == account.as_str());
             if a.is_none() || !left.is_empty() || !default_ok {
                 return Err(SlurmError::NotConverged {
                     what: format!("association of {u} with {account}"),
-                    want: format!(
-                        "{left:?}{}",
-                        if default_ok { "" } else { " DefaultAccount" }
-                    ),
+                    want: format!("{left:?}{}", if default_ok { "" } else { " DefaultAccount" }),
                     got: format!("{state:?}"),
                 });
             }
@@ -209,39 +156,19 @@ impl SlurmCli {
         unblock: Option<&UserLimits>,
     ) -> Result<Ensured, SlurmError> {
         let values = block_values(unblock);
-        let Some(state) = self
-            .read_users(std::slice::from_ref(user))
-            .await?
-            .remove(user.as_str())
-        else {
+        let Some(state) = self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str()) else {
             return Ok(Ensured::default()); // no associations: nothing can run
         };
         if state.assocs.iter().all(|a| holds(a, &values)) {
             return Ok(Ensured::default());
         }
         let sets: Sets = values.iter().map(|(k, v)| (*k, v.arg())).collect();
-        self.write(&command::modify_users(
-            &self.cluster,
-            std::slice::from_ref(user),
-            None,
-            &sets,
-        ))
-        .await?;
-        let back = self
-            .read_users(std::slice::from_ref(user))
-            .await?
-            .remove(user.as_str());
+        self.write(&command::modify_users(&self.cluster, std::slice::from_ref(user), None, &sets)).await?;
+        let back = self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str());
         let assocs = back.map(|s| s.assocs).unwrap_or_default();
         if let Some(a) = assocs.iter().find(|a| !holds(a, &values)) {
             return Err(SlurmError::NotConverged {
-                what: format!(
-                    "{} {user}",
-                    if unblock.is_some() {
-                        "unblocking"
-                    } else {
-                        "blocking"
-                    }
-                ),
+                what: format!("{} {user}", if unblock.is_some() { "unblocking" } else { "blocking" }),
                 want: format!("{values:?}"),
                 got: format!(
                     "MaxJobs={} GrpJobs={} MaxSubmitJobs={} on {}",
@@ -249,13 +176,7 @@ impl SlurmCli {
                 ),
             });
         }
-        Ok(Ensured {
-            created: vec![],
-            changed: assocs
-                .iter()
-                .map(|a| format!("{}: job limits", a.account))
-                .collect(),
-        })
+        Ok(Ensured { created: vec![], changed: assocs.iter().map(|a| format!("{}: job limits", a.account)).collect() })
     }
 
     /// Deletes one association (`Some(account)`) or the user (`None`).
@@ -268,46 +189,31 @@ impl SlurmCli {
         let Some(state) = self.read_users(one).await?.remove(user.as_str()) else {
             return Ok(Deleted::AlreadyGone);
         };
-        let targeted: Vec<&Association> = state
-            .assocs
-            .iter()
-            .filter(|a| account.is_none_or(|x| a.account == x.as_str()))
-            .collect();
+        let targeted: Vec<&Association> =
+            state.assocs.iter().filter(|a| account.is_none_or(|x| a.account == x.as_str())).collect();
         if targeted.is_empty() && account.is_some() {
             return Ok(Deleted::AlreadyGone);
         }
-        let accounts: Vec<SlurmAccount> = targeted
-            .iter()
-            .filter_map(|a| SlurmAccount::parse(&a.account).ok())
-            .collect();
+        let accounts: Vec<SlurmAccount> =
+            targeted.iter().filter_map(|a| SlurmAccount::parse(&a.account).ok()).collect();
         let jobs = self.jobs_in(&accounts, Some(user)).await?;
         if !jobs.is_empty() {
             let what = match account {
                 Some(a) => format!("user {user} in account {a}"),
                 None => format!("user {user}"),
             };
-            return Err(SlurmError::JobsActive {
-                what,
-                jobs: jobs.into_iter().map(|j| j.id).collect(),
-            });
+            return Err(SlurmError::JobsActive { what, jobs: jobs.into_iter().map(|j| j.id).collect() });
         }
         if let Some(a) = account.filter(|a| state.default_account == a.as_str()) {
             // Deleting the default association would leave the user without a default account.
-            let mut others: Vec<&str> = state
-                .assocs
-                .iter()
-                .map(|x| x.account.as_str())
-                .filter(|x| *x != a.as_str())
-                .collect();
+            let mut others: Vec<&str> =
+                state.assocs.iter().map(|x| x.account.as_str()).filter(|x| *x != a.as_str()).collect();
             others.sort();
             if let Some(other) = others.first().and_then(|o| SlurmAccount::parse(o).ok()) {
-                self.write(&command::set_default_account(&self.cluster, one, &other))
-                    .await?;
+                self.write(&command::set_default_account(&self.cluster, one, &other)).await?;
             }
         }
-        let outcome = self
-            .write(&command::delete_user(&self.cluster, user, account))
-            .await?;
+        let outcome = self.write(&command::delete_user(&self.cluster, user, account)).await?;
         let back = self.read_users(one).await?.remove(user.as_str());
         let left: Vec<String> = back
             .map(|s| {
@@ -327,12 +233,7 @@ impl SlurmCli {
         }
         Ok(match outcome {
             Outcome::NothingDeleted => Deleted::AlreadyGone,
-            _ => Deleted::Deleted {
-                removed: targeted
-                    .iter()
-                    .map(|a| format!("{}@{}", a.user, a.account))
-                    .collect(),
-            },
+            _ => Deleted::Deleted { removed: targeted.iter().map(|a| format!("{}@{}", a.user, a.account)).collect() },
         })
     }
 }
@@ -346,10 +247,7 @@ mod tests {
         UserLimits {
             fairshare: Some(Fairshare::Parent),
             default_qos: Some(QosName::parse("normal").unwrap()),
-            qos: Some(vec![
-                QosName::parse("normal").unwrap(),
-                QosName::parse("high").unwrap(),
-            ]),
+            qos: Some(vec![QosName::parse("normal").unwrap(), QosName::parse("high").unwrap()]),
             max_jobs: Some(Limit::At(20)),
             grp_jobs: None,
             grp_tres_mins: Some(Tres::gpus(10000)),
@@ -362,14 +260,8 @@ mod tests {
 
     #[test]
     fn a_new_association_gets_every_managed_limit() {
-        let keys: Vec<_> = user_sets(&limits(), None)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(
-            keys,
-            ["Fairshare", "QOS", "DefaultQOS", "MaxJobs", "GrpTRESMins"]
-        );
+        let keys: Vec<_> = user_sets(&limits(), None).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["Fairshare", "QOS", "DefaultQOS", "MaxJobs", "GrpTRESMins"]);
         assert_eq!(user_sets(&limits(), None)[1].1, "high,normal");
     }
 
@@ -391,12 +283,6 @@ mod tests {
         let vals = block_values(None);
         assert!(holds(&blocked, &vals));
         assert!(!holds(&same, &vals));
-        assert!(holds(
-            &same,
-            &block_values(Some(&UserLimits {
-                max_jobs: Some(Limit::At(20)),
-                ..Default::default()
-            }))
-        ));
+        assert!(holds(&same, &block_values(Some(&UserLimits { max_jobs: Some(Limit::At(20)), ..Default::default() }))));
     }
 }

@@ -4,9 +4,7 @@ use std::process::{Command, Output};
 
 fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_onramp"));
-    c.args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -15,11 +13,7 @@ fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn stderr_line(o: &Output) -> String {
     let e = String::from_utf8_lossy(&o.stderr).to_string();
-    assert_eq!(
-        e.trim_end().lines().count(),
-        1,
-        "expected one line, got: {e}"
-    );
+    assert_eq!(e.trim_end().lines().count(), 1, "expected one line, got: {e}");
     e.trim_end().to_string()
 }
 
@@ -40,14 +34,11 @@ fn help_lists_every_setting_with_its_environment_variable_and_default() {
         ("ONRAMP_LOG", Some("info")),
         ("ONRAMP_CONFIG", None),
     ] {
-        let at = help
-            .find(&format!("[env: {env}"))
-            .unwrap_or_else(|| panic!("{env} missing from help:\n{help}"));
+        let at = help.find(&format!("[env: {env}")).unwrap_or_else(|| panic!("{env} missing from help:\n{help}"));
         if let Some(d) = default {
             let rest = &help[at..];
             assert!(
-                rest[..rest.find("\n\n").unwrap_or(rest.len())]
-                    .contains(&format!("[default: {d}]")),
+                rest[..rest.find("\n\n").unwrap_or(rest.len())].contains(&format!("[default: {d}]")),
                 "{env} default"
             );
         }
@@ -58,27 +49,15 @@ fn help_lists_every_setting_with_its_environment_variable_and_default() {
 fn a_missing_setting_is_one_line_that_names_it() {
     let o = onramp(&["migrate"], &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert_eq!(
-        stderr_line(&o),
-        "onramp: missing setting: --database-url <URL> (environment: DATABASE_URL)"
-    );
+    assert_eq!(stderr_line(&o), "onramp: missing setting: --database-url <URL> (environment: DATABASE_URL)");
 }
 
 #[test]
 fn a_malformed_setting_from_the_environment_is_one_line_that_names_it() {
-    let o = onramp(
-        &["serve"],
-        &[
-            ("DATABASE_URL", "postgres://x@127.0.0.1/x"),
-            ("ONRAMP_LEASE", "soon"),
-        ],
-    );
+    let o = onramp(&["serve"], &[("DATABASE_URL", "postgres://x@127.0.0.1/x"), ("ONRAMP_LEASE", "soon")]);
     assert_eq!(o.status.code(), Some(2));
     let line = stderr_line(&o);
-    assert!(
-        line.contains("--lease") && line.contains("ONRAMP_LEASE") && line.contains("soon"),
-        "{line}"
-    );
+    assert!(line.contains("--lease") && line.contains("ONRAMP_LEASE") && line.contains("soon"), "{line}");
 }
 
 #[test]
@@ -86,17 +65,10 @@ fn the_settings_file_is_read_and_its_mistakes_name_file_and_line() {
     let dir = std::env::temp_dir().join(format!("onramp-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("onramp.env");
-    std::fs::write(
-        &file,
-        "DATABASE_URL=postgres://x@127.0.0.1/x\nONRAMP_ROLE=sideways\n",
-    )
-    .unwrap();
+    std::fs::write(&file, "DATABASE_URL=postgres://x@127.0.0.1/x\nONRAMP_ROLE=sideways\n").unwrap();
     let o = onramp(&["serve", "--config", file.to_str().unwrap()], &[]);
     let line = stderr_line(&o);
-    assert!(
-        line.contains("sideways") && line.contains("ONRAMP_ROLE"),
-        "{line}"
-    );
+    assert!(line.contains("sideways") && line.contains("ONRAMP_ROLE"), "{line}");
     std::fs::write(&file, "# ok\nthis is not a setting\n").unwrap();
     let o = onramp(&["migrate"], &[("ONRAMP_CONFIG", file.to_str().unwrap())]);
     assert!(stderr_line(&o).ends_with("onramp.env:2: expected NAME=value"));
@@ -105,18 +77,9 @@ fn the_settings_file_is_read_and_its_mistakes_name_file_and_line() {
 
 #[test]
 fn a_database_that_does_not_answer_is_one_line_without_the_password() {
-    let o = onramp(
-        &["migrate"],
-        &[(
-            "DATABASE_URL",
-            "postgres://onramp:hunter2@127.0.0.1:1/onramp",
-        )],
-    );
+    let o = onramp(&["migrate"], &[("DATABASE_URL", "postgres://onramp:hunter2@127.0.0.1:1/onramp")]);
     assert_eq!(o.status.code(), Some(1));
     let line = stderr_line(&o);
-    assert!(
-        line.starts_with("onramp: cannot connect to PostgreSQL at onramp@127.0.0.1:1/onramp"),
-        "{line}"
-    );
+    assert!(line.starts_with("onramp: cannot connect to PostgreSQL at onramp@127.0.0.1:1/onramp"), "{line}");
     assert!(!line.contains("hunter2"));
 }

@@ -15,8 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The server tests create their databases on (trust auth, a role allowed to create databases).
 pub fn admin_url() -> String {
-    std::env::var("ONRAMP_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("ONRAMP_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 pub struct TestDb {
@@ -29,22 +28,15 @@ impl TestDb {
     pub async fn new() -> Self {
         let admin = admin_url();
         let name = format!("onramp_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-            panic!("tests need PostgreSQL at {admin} (ONRAMP_TEST_DATABASE_URL): {e}")
-        });
-        sqlx::query(&format!("create database {name}"))
-            .execute(&mut conn)
+        let mut conn = PgConnection::connect(&admin)
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("tests need PostgreSQL at {admin} (ONRAMP_TEST_DATABASE_URL): {e}"));
+        sqlx::query(&format!("create database {name}")).execute(&mut conn).await.unwrap();
         let url = match admin.rsplit_once('/') {
             Some((base, _)) => format!("{base}/{name}"),
             None => panic!("ONRAMP_TEST_DATABASE_URL must name a database"),
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .connect(&url)
-            .await
-            .unwrap();
+        let pool = PgPoolOptions::new().max_connections(20).connect(&url).await.unwrap();
         onramp::db::migrate(&pool).await.unwrap();
         Self { name, url, pool }
     }
@@ -55,15 +47,10 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs inside the test's runtime: use a thread with a runtime of its own.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
                 if let Ok(mut c) = PgConnection::connect(&admin_url()).await {
-                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)"))
-                        .execute(&mut c)
-                        .await;
+                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut c).await;
                 }
             });
         })
@@ -128,10 +115,7 @@ impl TestWorker {
 
     pub async fn shutdown(self) {
         self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
-            .await
-            .expect("worker stops")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("worker stops").unwrap();
     }
 }
 
@@ -142,17 +126,7 @@ pub fn engine(db: &TestDb, registry: Registry) -> Engine {
 /// `onramp serve --role worker` as a child process against the test database.
 pub fn spawn_worker_process(db: &TestDb, id: &str, lease: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_onramp"))
-        .args([
-            "serve",
-            "--role",
-            "worker",
-            "--worker-id",
-            id,
-            "--lease",
-            lease,
-            "--poll-interval",
-            "1s",
-        ])
+        .args(["serve", "--role", "worker", "--worker-id", id, "--lease", lease, "--poll-interval", "1s"])
         .args(extra)
         .env("DATABASE_URL", &db.url)
         .env("ONRAMP_LOG", "warn")
@@ -181,17 +155,10 @@ pub async fn wait_listening(db: &TestDb, processes: i64) {
 
 pub fn signal(child: &Child, sig: &str) {
     let pid = child.id().expect("child is running").to_string();
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .unwrap()
-        .success();
+    let ok = std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success();
     assert!(ok, "kill {sig} {pid}");
 }
 
 pub async fn db_now(pool: &PgPool) -> time::OffsetDateTime {
-    sqlx::query_scalar("select now()")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar("select now()").fetch_one(pool).await.unwrap()
 }

@@ -21,11 +21,7 @@ use crate::engine_flows::Scripted;
 use crate::http_api::token;
 
 async fn chromedriver() -> (tokio::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
@@ -35,17 +31,9 @@ async fn chromedriver() -> (tokio::process::Child, String) {
         .expect("chromedriver (Debian: apt-get install chromium chromium-driver; scripts/test installs it)");
     let url = format!("http://127.0.0.1:{port}");
     let status = format!("{url}/status");
-    eventually(
-        Duration::from_secs(20),
-        "chromedriver to answer",
-        || async {
-            reqwest::get(&status)
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-                .map(|_| ())
-        },
-    )
+    eventually(Duration::from_secs(20), "chromedriver to answer", || async {
+        reqwest::get(&status).await.ok().filter(|r| r.status().is_success()).map(|_| ())
+    })
     .await;
     (child, url)
 }
@@ -62,11 +50,7 @@ async fn browser(webdriver: &str) -> Client {
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector)
-        .capabilities(caps)
-        .connect(webdriver)
-        .await
-        .expect("a Chromium session")
+    ClientBuilder::new(connector).capabilities(caps).connect(webdriver).await.expect("a Chromium session")
 }
 
 async fn text_of(c: &Client, css: &str) -> Option<String> {
@@ -82,50 +66,31 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     let gate = Arc::new(Notify::new());
     let broken = Arc::new(AtomicBool::new(true));
     let (g, b) = (gate.clone(), broken.clone());
-    let (flow, _) = Scripted::new(
-        "demo.onboard",
-        &["preflight", "quota", "notify"],
-        move |i, ctx| {
-            let (g, b) = (g.clone(), b.clone());
-            async move {
-                match (i, ctx.input["mode"].as_str()) {
-                    (1, Some("gated")) => {
-                        g.notified().await;
-                        Transition::Done(json!({"quota": "100GB"}))
-                    }
-                    (1, Some("broken")) if b.load(SeqCst) => {
-                        Transition::Fail("weka: quota service unreachable".into())
-                    }
-                    _ => Transition::Done(json!({"ok": true})),
+    let (flow, _) = Scripted::new("demo.onboard", &["preflight", "quota", "notify"], move |i, ctx| {
+        let (g, b) = (g.clone(), b.clone());
+        async move {
+            match (i, ctx.input["mode"].as_str()) {
+                (1, Some("gated")) => {
+                    g.notified().await;
+                    Transition::Done(json!({"quota": "100GB"}))
                 }
+                (1, Some("broken")) if b.load(SeqCst) => Transition::Fail("weka: quota service unreachable".into()),
+                _ => Transition::Done(json!({"ok": true})),
             }
-        },
-    );
+        }
+    });
     let engine = engine(&db, Registry::new().with(flow));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
     let worker = worker_config("dash", Duration::from_secs(10));
-    tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), Some(worker), None, s)
-            .await
-            .unwrap()
-    });
+    tokio::spawn(async move { onramp::serve::run(e, Some(listener), Some(worker), None, s).await.unwrap() });
     let tok = token(&engine, "ops", Role::Operator, None).await;
-    let job = |subject: &str, mode: &str| {
-        NewJob::new(
-            "demo.onboard",
-            subject,
-            json!({"mode": mode}),
-            Actor::cli("test"),
-        )
-    };
+    let job =
+        |subject: &str, mode: &str| NewJob::new("demo.onboard", subject, json!({"mode": mode}), Actor::cli("test"));
     let ids: Vec<i64> = engine
-        .enqueue(&[
-            job("tenant-a/alice", "gated"),
-            job("tenant-a/bob", "broken"),
-        ])
+        .enqueue(&[job("tenant-a/alice", "gated"), job("tenant-a/bob", "broken")])
         .await
         .unwrap()
         .iter()
@@ -138,72 +103,35 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     let (_driver, webdriver) = chromedriver().await;
     let c = browser(&webdriver).await;
     c.goto(&format!("{base}/dashboard")).await.unwrap();
-    c.wait()
-        .for_element(Locator::Css("#token"))
-        .await
-        .unwrap()
-        .send_keys(&tok)
-        .await
-        .unwrap();
-    c.find(Locator::Css("#login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    c.wait().for_element(Locator::Css("#token")).await.unwrap().send_keys(&tok).await.unwrap();
+    c.find(Locator::Css("#login button")).await.unwrap().click().await.unwrap();
     let row = format!("tr[data-job=\"{live}\"] [data-testid=state]");
-    let seen =
-        |css: String, want: &'static str| {
-            let c = c.clone();
-            async move {
-                eventually(Duration::from_secs(20), &format!("{css} to read {want}"), || {
+    let seen = |css: String, want: &'static str| {
+        let c = c.clone();
+        async move {
+            eventually(Duration::from_secs(20), &format!("{css} to read {want}"), || {
                 let (c, css) = (c.clone(), css.clone());
                 async move { (text_of(&c, &css).await.as_deref() == Some(want)).then_some(()) }
             })
             .await
-            }
-        };
+        }
+    };
     seen(row.clone(), "running").await;
-    assert_eq!(
-        text_of(&c, &format!("tr[data-job=\"{live}\"] [data-testid=step]"))
-            .await
-            .as_deref(),
-        Some("quota")
-    );
+    assert_eq!(text_of(&c, &format!("tr[data-job=\"{live}\"] [data-testid=step]")).await.as_deref(), Some("quota"));
     // the job finishes while the page is open: the row changes without a reload
     gate.notify_one();
     seen(row, "succeeded").await;
 
     // open the failed job, see why, press retry
-    c.find(Locator::Css(&format!("tr[data-job=\"{failed}\"]")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    seen(
-        "[data-testid=last-error]".into(),
-        "weka: quota service unreachable",
-    )
-    .await;
+    c.find(Locator::Css(&format!("tr[data-job=\"{failed}\"]"))).await.unwrap().click().await.unwrap();
+    seen("[data-testid=last-error]".into(), "weka: quota service unreachable").await;
     broken.store(false, SeqCst);
-    c.find(Locator::Css("[data-testid=retry]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    c.find(Locator::Css("[data-testid=retry]")).await.unwrap().click().await.unwrap();
     seen("h1 [data-testid=state]".into(), "succeeded").await;
     let steps = text_of(&c, "[data-testid=steps]").await.unwrap();
-    assert!(
-        steps.contains("weka: quota service unreachable") && steps.contains("notify"),
-        "{steps}"
-    );
+    assert!(steps.contains("weka: quota service unreachable") && steps.contains("notify"), "{steps}");
     let audit = text_of(&c, "[data-testid=events]").await.unwrap();
-    assert!(
-        audit.contains("api:ops"),
-        "the retry is recorded with the token's name: {audit}"
-    );
+    assert!(audit.contains("api:ops"), "the retry is recorded with the token's name: {audit}");
 
     let png = c.screenshot().await.unwrap();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
@@ -212,15 +140,8 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     // a phone-sized window still shows the list
     c.set_window_size(390, 844).await.unwrap();
     c.goto(&format!("{base}/dashboard#/jobs")).await.unwrap();
-    c.wait()
-        .for_element(Locator::Css(&format!("tr[data-job=\"{failed}\"]")))
-        .await
-        .unwrap();
-    std::fs::write(
-        dir.join("dashboard-phone.png"),
-        c.screenshot().await.unwrap(),
-    )
-    .unwrap();
+    c.wait().for_element(Locator::Css(&format!("tr[data-job=\"{failed}\"]"))).await.unwrap();
+    std::fs::write(dir.join("dashboard-phone.png"), c.screenshot().await.unwrap()).unwrap();
     c.close().await.unwrap();
     stop.cancel();
 }

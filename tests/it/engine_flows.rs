@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use onramp::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
 
-type Script =
-    dyn Fn(usize, StepCtx) -> Pin<Box<dyn Future<Output = Transition> + Send>> + Send + Sync;
+type Script = dyn Fn(usize, StepCtx) -> Pin<Box<dyn Future<Output = Transition> + Send>> + Send + Sync;
 
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -39,27 +38,14 @@ pub fn fast_policy() -> RetryPolicy {
 }
 
 impl Scripted {
-    pub fn new<F, Fut>(
-        kind: &'static str,
-        steps: &'static [&'static str],
-        f: F,
-    ) -> (Self, Arc<Mutex<Vec<Entry>>>)
+    pub fn new<F, Fut>(kind: &'static str, steps: &'static [&'static str], f: F) -> (Self, Arc<Mutex<Vec<Entry>>>)
     where
         F: Fn(usize, StepCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Transition> + Send + 'static,
     {
         let journal = Arc::new(Mutex::new(Vec::new()));
         let script: Arc<Script> = Arc::new(move |i, ctx| Box::pin(f(i, ctx)));
-        (
-            Self {
-                kind,
-                steps,
-                policy: fast_policy(),
-                script,
-                journal: journal.clone(),
-            },
-            journal,
-        )
+        (Self { kind, steps, policy: fast_policy(), script, journal: journal.clone() }, journal)
     }
 
     pub fn with_policy(mut self, p: RetryPolicy) -> Self {
@@ -102,10 +88,5 @@ impl Flow for Scripted {
 }
 
 pub fn count(journal: &Arc<Mutex<Vec<Entry>>>, job: i64, step: &str) -> usize {
-    journal
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.job == job && e.step == step)
-        .count()
+    journal.lock().unwrap().iter().filter(|e| e.job == job && e.step == step).count()
 }

@@ -25,46 +25,28 @@ async fn steps_run_in_order_outputs_carry_over_and_every_change_is_audited() {
     let (flow, journal) = Scripted::new("t.order", &["a", "b", "c"], |i, ctx| async move {
         match i {
             0 => Transition::Done(json!({"n": 1})),
-            1 => {
-                Transition::Done(json!({"n": ctx.output("a").unwrap()["n"].as_i64().unwrap() + 1}))
-            }
+            1 => Transition::Done(json!({"n": ctx.output("a").unwrap()["n"].as_i64().unwrap() + 1})),
             _ => Transition::Done(json!({"seen": ctx.outputs})),
         }
     });
     let engine = engine(&db, Registry::new().with(flow));
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
-    let id = engine
-        .enqueue(&[job("t.order", "tenant-a/alice")])
-        .await
-        .unwrap()[0]
-        .id;
+    let id = engine.enqueue(&[job("t.order", "tenant-a/alice")]).await.unwrap()[0].id;
     let j = wait_state(&engine, id, "succeeded", SECS10).await;
     assert_eq!(j.outputs["b"], json!({"n": 2}));
     assert_eq!(j.outputs["c"]["seen"]["a"], json!({"n": 1}));
     let steps: Vec<_> = journal.lock().unwrap().iter().map(|e| e.step).collect();
     assert_eq!(steps, ["a", "b", "c"]);
     let runs = runs(&engine, id).await;
-    assert!(
-        runs.iter()
-            .all(|r| r.outcome.as_deref() == Some("done") && r.attempt == 1 && r.worker == "w1")
-    );
-    let ev: Vec<_> = engine
-        .events(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.from_state, e.to_state, e.actor))
-        .collect();
+    assert!(runs.iter().all(|r| r.outcome.as_deref() == Some("done") && r.attempt == 1 && r.worker == "w1"));
+    let ev: Vec<_> =
+        engine.events(id).await.unwrap().into_iter().map(|e| (e.from_state, e.to_state, e.actor)).collect();
     assert_eq!(
         ev,
         [
             (None, "pending".into(), "cli:test".into()),
             (Some("pending".into()), "running".into(), "worker:w1".into()),
-            (
-                Some("running".into()),
-                "succeeded".into(),
-                "worker:w1".into()
-            ),
+            (Some("running".into()), "succeeded".into(), "worker:w1".into()),
         ]
     );
     w.shutdown().await;
@@ -95,31 +77,15 @@ async fn retries_back_off_by_the_policy_and_give_up_after_the_last_attempt() {
     for (i, base_ms) in [(0, 200i64), (1, 400)] {
         let r = &runs_ok[i];
         let planned = (r.next_run_at.unwrap() - r.finished_at.unwrap()).whole_milliseconds() as i64;
-        assert!(
-            planned >= base_ms / 2 && planned <= base_ms + 5,
-            "retry {i}: planned {planned} ms"
-        );
-        let actual =
-            (runs_ok[i + 1].started_at - r.finished_at.unwrap()).whole_milliseconds() as i64;
-        assert!(
-            actual >= planned - 2,
-            "retry {i} ran early: {actual} < {planned}"
-        );
+        assert!(planned >= base_ms / 2 && planned <= base_ms + 5, "retry {i}: planned {planned} ms");
+        let actual = (runs_ok[i + 1].started_at - r.finished_at.unwrap()).whole_milliseconds() as i64;
+        assert!(actual >= planned - 2, "retry {i} ran early: {actual} < {planned}");
     }
     assert_eq!(runs_ok[0].error.as_deref(), Some("flake 1"));
-    let attempts: Vec<u32> = journal
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.job == ok)
-        .map(|e| e.attempt)
-        .collect();
+    let attempts: Vec<u32> = journal.lock().unwrap().iter().filter(|e| e.job == ok).map(|e| e.attempt).collect();
     assert_eq!(attempts, [1, 2, 3]);
     let j = wait_state(&engine, bad, "failed", SECS10).await;
-    assert_eq!(
-        j.last_error.as_deref(),
-        Some("gave up after 4 attempts: flake 4")
-    );
+    assert_eq!(j.last_error.as_deref(), Some("gave up after 4 attempts: flake 4"));
     assert_eq!(runs(&engine, bad).await.len(), 4);
     w.shutdown().await;
 }
@@ -143,40 +109,18 @@ async fn timers_in_the_past_fire_at_once_and_timers_in_the_future_never_early() 
     let future = job("t.timer", "s/future").at(future_at);
     let mut waits = job("t.timer", "s/wait");
     waits.input = json!({"wait_ms": 800});
-    let ids: Vec<i64> = engine
-        .enqueue(&[past, future, waits])
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.id)
-        .collect();
+    let ids: Vec<i64> = engine.enqueue(&[past, future, waits]).await.unwrap().iter().map(|e| e.id).collect();
 
     wait_state(&engine, ids[0], "succeeded", Duration::from_secs(2)).await;
     let j = wait_state(&engine, ids[1], "succeeded", SECS10).await;
     let r = &runs(&engine, j.id).await[0];
-    assert!(
-        r.started_at >= future_at,
-        "started {} before its time {}",
-        r.started_at,
-        future_at
-    );
+    assert!(r.started_at >= future_at, "started {} before its time {}", r.started_at, future_at);
 
     wait_state(&engine, ids[2], "succeeded", SECS10).await;
     let r = runs(&engine, ids[2]).await;
-    assert_eq!(
-        r.iter()
-            .map(|r| r.outcome.clone().unwrap())
-            .collect::<Vec<_>>(),
-        ["wait", "done"]
-    );
+    assert_eq!(r.iter().map(|r| r.outcome.clone().unwrap()).collect::<Vec<_>>(), ["wait", "done"]);
     assert!(r[1].started_at - r[0].finished_at.unwrap() >= time::Duration::milliseconds(800));
-    let seen: Vec<bool> = journal
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.job == ids[2])
-        .map(|e| e.waited)
-        .collect();
+    let seen: Vec<bool> = journal.lock().unwrap().iter().filter(|e| e.job == ids[2]).map(|e| e.waited).collect();
     assert_eq!(seen, [false, true]);
     w.shutdown().await;
 }
@@ -184,22 +128,14 @@ async fn timers_in_the_past_fire_at_once_and_timers_in_the_future_never_early() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_is_idempotent_by_dedupe_key_while_the_job_is_unfinished() {
     let db = TestDb::new().await;
-    let (flow, _) = Scripted::new("t.dedupe", &["only"], |_, _| async {
-        Transition::Done(json!(null))
-    });
+    let (flow, _) = Scripted::new("t.dedupe", &["only"], |_, _| async { Transition::Done(json!(null)) });
     let engine = engine(&db, Registry::new().with(flow));
     let a = job("t.dedupe", "s/1").dedupe("onboard:alice");
     let first = engine.enqueue(&[a.clone(), a.clone()]).await.unwrap();
-    assert!(
-        first[0].created && !first[1].created && first[0].id == first[1].id,
-        "{first:?}"
-    );
+    assert!(first[0].created && !first[1].created && first[0].id == first[1].id, "{first:?}");
     let again = engine.enqueue(std::slice::from_ref(&a)).await.unwrap();
     assert_eq!((again[0].id, again[0].created), (first[0].id, false));
-    let count: i64 = sqlx::query_scalar("select count(*) from jobs")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let count: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&db.pool).await.unwrap();
     assert_eq!(count, 1);
 
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
@@ -231,16 +167,8 @@ async fn jobs_of_one_subject_never_run_at_once() {
     first.input = json!({"hold": true});
     let a = engine.enqueue(&[first]).await.unwrap()[0].id;
     wait_state(&engine, a, "running", SECS10).await;
-    let b = engine
-        .enqueue(&[job("t.gate", "tenant-a/alice")])
-        .await
-        .unwrap()[0]
-        .id;
-    let other = engine
-        .enqueue(&[job("t.gate", "tenant-a/bob")])
-        .await
-        .unwrap()[0]
-        .id;
+    let b = engine.enqueue(&[job("t.gate", "tenant-a/alice")]).await.unwrap()[0].id;
+    let other = engine.enqueue(&[job("t.gate", "tenant-a/bob")]).await.unwrap()[0].id;
     // another subject is not held up
     wait_state(&engine, other, "succeeded", SECS10).await;
     assert_eq!(engine.job(b).await.unwrap().state, "pending");
@@ -249,10 +177,7 @@ async fn jobs_of_one_subject_never_run_at_once() {
     wait_state(&engine, b, "succeeded", SECS10).await;
     let last_a = runs(&engine, a).await.last().unwrap().finished_at.unwrap();
     let first_b = runs(&engine, b).await[0].started_at;
-    assert!(
-        first_b >= last_a,
-        "b started {first_b} before a finished {last_a}"
-    );
+    assert!(first_b >= last_a, "b started {first_b} before a finished {last_a}");
     w.shutdown().await;
 }
 
@@ -280,15 +205,9 @@ async fn cancel_stops_a_running_step_and_its_late_result_is_refused() {
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
     let id = engine.enqueue(&[job("t.cancel", "s/1")]).await.unwrap()[0].id;
     let running = wait_state(&engine, id, "running", SECS10).await;
-    let j = engine
-        .cancel(id, &Actor::api("ops"), Some("wrong tenant"))
-        .await
-        .unwrap();
+    let j = engine.cancel(id, &Actor::api("ops"), Some("wrong tenant")).await.unwrap();
     assert_eq!(j.state, "cancelled");
-    eventually(Duration::from_secs(5), "the step to be stopped", || async {
-        stopped.load(SeqCst).then_some(())
-    })
-    .await;
+    eventually(Duration::from_secs(5), "the step to be stopped", || async { stopped.load(SeqCst).then_some(()) }).await;
     let write = StepWrite {
         id,
         step_index: 0,
@@ -303,30 +222,17 @@ async fn cancel_stops_a_running_step_and_its_late_result_is_refused() {
         error: None,
         output: Some(json!(null)),
     };
-    assert!(
-        write_results(&db.pool, "w1", &[write])
-            .await
-            .unwrap()
-            .is_empty(),
-        "a write after cancel must be refused"
-    );
+    assert!(write_results(&db.pool, "w1", &[write]).await.unwrap().is_empty(), "a write after cancel must be refused");
     let j = engine.job(id).await.unwrap();
     assert_eq!((j.state.as_str(), j.step.as_str()), ("cancelled", "long"));
     let r = runs(&engine, id).await;
     assert_eq!((r.len(), r[0].outcome.as_deref()), (1, Some("cancelled")));
     let last = engine.events(id).await.unwrap().pop().unwrap();
     assert_eq!(
-        (
-            last.to_state.as_str(),
-            last.actor.as_str(),
-            last.detail.as_deref()
-        ),
+        (last.to_state.as_str(), last.actor.as_str(), last.detail.as_deref()),
         ("cancelled", "api:ops", Some("wrong tenant"))
     );
-    let again = engine
-        .cancel(id, &Actor::api("ops"), None)
-        .await
-        .unwrap_err();
+    let again = engine.cancel(id, &Actor::api("ops"), None).await.unwrap_err();
     assert!(matches!(again, EngineError::InvalidState { .. }), "{again}");
     w.shutdown().await;
 }
@@ -349,28 +255,15 @@ async fn retry_runs_a_failed_job_again_from_the_failed_step_only() {
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
     let id = engine.enqueue(&[job("t.fail", "s/1")]).await.unwrap()[0].id;
     let j = wait_state(&engine, id, "failed", SECS10).await;
-    assert_eq!(
-        (j.step.as_str(), j.last_error.as_deref()),
-        ("b", Some("quota service said no"))
-    );
-    assert!(matches!(
-        engine.approve(id, &Actor::api("ops")).await,
-        Err(EngineError::InvalidState { .. })
-    ));
+    assert_eq!((j.step.as_str(), j.last_error.as_deref()), ("b", Some("quota service said no")));
+    assert!(matches!(engine.approve(id, &Actor::api("ops")).await, Err(EngineError::InvalidState { .. })));
     engine.retry(id, &Actor::api("ops")).await.unwrap();
     wait_state(&engine, id, "succeeded", SECS10).await;
-    assert_eq!(
-        (
-            count(&journal, id, "a"),
-            count(&journal, id, "b"),
-            count(&journal, id, "c")
-        ),
-        (1, 2, 1)
-    );
+    assert_eq!((count(&journal, id, "a"), count(&journal, id, "b"), count(&journal, id, "c")), (1, 2, 1));
     let ev = engine.events(id).await.unwrap();
-    assert!(ev.iter().any(|e| e.from_state.as_deref() == Some("failed")
-        && e.to_state == "pending"
-        && e.actor == "api:ops"));
+    assert!(
+        ev.iter().any(|e| e.from_state.as_deref() == Some("failed") && e.to_state == "pending" && e.actor == "api:ops")
+    );
     w.shutdown().await;
 }
 
@@ -387,20 +280,12 @@ async fn approval_pauses_a_step_until_someone_approves_it() {
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
     let id = engine.enqueue(&[job("t.approve", "s/1")]).await.unwrap()[0].id;
     let j = wait_state(&engine, id, "needs_approval", SECS10).await;
-    assert_eq!(
-        j.last_error.as_deref(),
-        Some("2 jobs still running: hard cutoff?")
-    );
+    assert_eq!(j.last_error.as_deref(), Some("2 jobs still running: hard cutoff?"));
     engine.approve(id, &Actor::api("carol")).await.unwrap();
     let j = wait_state(&engine, id, "succeeded", SECS10).await;
     assert_eq!(j.outputs["cutoff"], json!("api:carol"));
-    let cut: Vec<_> = journal
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.step == "cutoff")
-        .map(|e| e.approved_by.clone())
-        .collect();
+    let cut: Vec<_> =
+        journal.lock().unwrap().iter().filter(|e| e.step == "cutoff").map(|e| e.approved_by.clone()).collect();
     assert_eq!(cut, [None, Some("api:carol".to_string())]);
     w.shutdown().await;
 }
@@ -417,40 +302,22 @@ async fn polling_repeats_until_done_and_fails_past_its_deadline() {
             if !forever && r.load(SeqCst) {
                 return Transition::Done(json!(null));
             }
-            Transition::Poll {
-                every: Duration::from_millis(100),
-                for_at_most: Duration::from_millis(700),
-            }
+            Transition::Poll { every: Duration::from_millis(100), for_at_most: Duration::from_millis(700) }
         }
     });
     let engine = engine(&db, Registry::new().with(flow));
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
     let mut stuck = job("t.poll", "s/2");
     stuck.input = json!({"forever": true});
-    let ids: Vec<i64> = engine
-        .enqueue(&[job("t.poll", "s/1"), stuck])
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.id)
-        .collect();
-    eventually(SECS10, "three polls", || async {
-        (runs(&engine, ids[0]).await.len() >= 3).then_some(())
-    })
-    .await;
+    let ids: Vec<i64> = engine.enqueue(&[job("t.poll", "s/1"), stuck]).await.unwrap().iter().map(|e| e.id).collect();
+    eventually(SECS10, "three polls", || async { (runs(&engine, ids[0]).await.len() >= 3).then_some(()) }).await;
     ready.store(true, SeqCst);
     wait_state(&engine, ids[0], "succeeded", SECS10).await;
     let j = wait_state(&engine, ids[1], "failed", SECS10).await;
-    assert_eq!(
-        j.last_error.as_deref(),
-        Some("step drain was still polling when its deadline passed")
-    );
+    assert_eq!(j.last_error.as_deref(), Some("step drain was still polling when its deadline passed"));
     let r = runs(&engine, ids[1]).await;
     let span = r.last().unwrap().started_at - r[0].started_at;
-    assert!(
-        span >= time::Duration::milliseconds(700) && span < time::Duration::seconds(3),
-        "polled for {span}"
-    );
+    assert!(span >= time::Duration::milliseconds(700) && span < time::Duration::seconds(3), "polled for {span}");
     w.shutdown().await;
 }
 
@@ -464,27 +331,15 @@ async fn a_panicking_or_hanging_step_is_retried() {
             _ => Transition::Done(json!(null)),
         }
     });
-    let flow = flow.with_policy(RetryPolicy {
-        timeout: Duration::from_secs(2),
-        ..crate::engine_flows::fast_policy()
-    });
+    let flow = flow.with_policy(RetryPolicy { timeout: Duration::from_secs(2), ..crate::engine_flows::fast_policy() });
     let engine = engine(&db, Registry::new().with(flow));
     let w = TestWorker::start(&engine, worker_config("w1", SECS10));
     let mut p = job("t.panic", "s/1");
     p.input = json!({"mode": "panic"});
     let mut h = job("t.panic", "s/2");
     h.input = json!({"mode": "hang"});
-    let ids: Vec<i64> = engine
-        .enqueue(&[p, h])
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.id)
-        .collect();
-    for (id, msg) in [
-        (ids[0], "step p panicked: bad bytes"),
-        (ids[1], "step p timed out after 2s"),
-    ] {
+    let ids: Vec<i64> = engine.enqueue(&[p, h]).await.unwrap().iter().map(|e| e.id).collect();
+    for (id, msg) in [(ids[0], "step p panicked: bad bytes"), (ids[1], "step p timed out after 2s")] {
         wait_state(&engine, id, "succeeded", SECS10).await;
         let r = runs(&engine, id).await;
         assert_eq!(r[0].error.as_deref(), Some(msg));
@@ -496,28 +351,17 @@ async fn a_panicking_or_hanging_step_is_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_list_pages_by_keyset_and_filters() {
     let db = TestDb::new().await;
-    let (flow, _) = Scripted::new("t.list", &["x"], |_, _| async {
-        Transition::Done(json!(null))
-    });
+    let (flow, _) = Scripted::new("t.list", &["x"], |_, _| async { Transition::Done(json!(null)) });
     let engine = engine(&db, Registry::new().with(flow));
-    let jobs: Vec<NewJob> = (0..7)
-        .map(|i| job("t.list", &format!("tenant-{}/u{i}", i % 2)))
-        .collect();
+    let jobs: Vec<NewJob> = (0..7).map(|i| job("t.list", &format!("tenant-{}/u{i}", i % 2))).collect();
     engine.enqueue(&jobs).await.unwrap();
     let mut seen = vec![];
     let mut before = None;
     loop {
-        let f = onramp::engine::JobFilter {
-            before_id: before,
-            limit: 3,
-            ..Default::default()
-        };
+        let f = onramp::engine::JobFilter { before_id: before, limit: 3, ..Default::default() };
         let page = engine.list(&f).await.unwrap();
         // an insert between pages does not shift them
-        engine
-            .enqueue(&[job("t.list", "tenant-9/late")])
-            .await
-            .unwrap();
+        engine.enqueue(&[job("t.list", "tenant-9/late")]).await.unwrap();
         if page.is_empty() {
             break;
         }
@@ -525,17 +369,35 @@ async fn the_job_list_pages_by_keyset_and_filters() {
         seen.extend(page.into_iter().map(|j| j.subject));
     }
     assert_eq!(seen.len(), 7, "{seen:?}");
-    let f = onramp::engine::JobFilter {
-        subject: Some("tenant-0/".into()),
-        limit: 50,
-        ..Default::default()
-    };
+    let f = onramp::engine::JobFilter { subject: Some("tenant-0/".into()), limit: 50, ..Default::default() };
     assert_eq!(engine.list(&f).await.unwrap().len(), 4);
     let since = OffsetDateTime::now_utc() + time::Duration::hours(1);
-    let f = onramp::engine::JobFilter {
-        created_since: Some(since),
-        limit: 50,
-        ..Default::default()
-    };
+    let f = onramp::engine::JobFilter { created_since: Some(since), limit: 50, ..Default::default() };
     assert!(engine.list(&f).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slurm_write_gate_admits_one_process_at_a_time_and_opens_when_dropped() {
+    use onramp::slurm::WriteGate;
+    let db = TestDb::new().await;
+    // two gates stand for two replicas: each enter opens a session of its own
+    let (a, b) = (onramp::db::PgWriteGate::new(&db.pool), onramp::db::PgWriteGate::new(&db.pool));
+    let held = a.enter().await.unwrap();
+    let waiting = tokio::spawn(async move { b.enter().await.map(|_| ()) });
+    let held_by: i64 = sqlx::query_scalar("select count(*) from pg_locks where locktype = 'advisory' and granted and database = (select oid from pg_database where datname = current_database())")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held_by, 1);
+    eventually(SECS10, "the second writer to queue", || async {
+        let n: i64 = sqlx::query_scalar("select count(*) from pg_locks where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        (n == 1).then_some(())
+    })
+    .await;
+    assert!(!waiting.is_finished());
+    drop(held); // e.g. the step was stopped mid-write: the session ends, the lock goes with it
+    tokio::time::timeout(SECS10, waiting).await.expect("the second writer got in").unwrap().unwrap();
 }

@@ -21,24 +21,15 @@ fn job(subject: &str, input: serde_json::Value) -> NewJob {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_attempt_cannot_write()
-{
+async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_attempt_cannot_write() {
     let db = TestDb::new().await;
     let engine = selftest(&db);
     let mut first = spawn_worker_process(&db, "doomed", LEASE, &[]);
-    let id = engine
-        .enqueue(&[job("tenant-a/alice", json!({"block_attempts": 1}))])
-        .await
-        .unwrap()[0]
-        .id;
-    let held = eventually(
-        Duration::from_secs(20),
-        "the blocking step to start",
-        || async {
-            let j = engine.job(id).await.unwrap();
-            (j.state == "running" && j.step == "work").then_some(j)
-        },
-    )
+    let id = engine.enqueue(&[job("tenant-a/alice", json!({"block_attempts": 1}))]).await.unwrap()[0].id;
+    let held = eventually(Duration::from_secs(20), "the blocking step to start", || async {
+        let j = engine.job(id).await.unwrap();
+        (j.state == "running" && j.step == "work").then_some(j)
+    })
     .await;
     assert_eq!(held.lease_owner.as_deref(), Some("doomed"));
     first.kill().await.unwrap(); // SIGKILL: no chance to release anything
@@ -49,22 +40,11 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
     let runs = runs(&engine, id).await;
     let work: Vec<_> = runs.iter().filter(|r| r.step == "work").collect();
     assert_eq!(work.len(), 2, "{runs:#?}");
-    assert_eq!(
-        (work[0].worker.as_str(), work[0].outcome.as_deref()),
-        ("doomed", Some("lease_expired"))
-    );
-    assert_eq!(
-        (work[1].worker.as_str(), work[1].outcome.as_deref()),
-        ("rescuer", Some("done"))
-    );
+    assert_eq!((work[0].worker.as_str(), work[0].outcome.as_deref()), ("doomed", Some("lease_expired")));
+    assert_eq!((work[1].worker.as_str(), work[1].outcome.as_deref()), ("rescuer", Some("done")));
     let recovered = (work[1].started_at - killed_at).whole_milliseconds() as i64;
-    assert!(
-        recovered <= 2 * LEASE_MS,
-        "reclaimed {recovered} ms after kill -9 (lease {LEASE_MS} ms)"
-    );
-    eprintln!(
-        "kill -9 recovery: step claimed again {recovered} ms after the kill (lease {LEASE_MS} ms)"
-    );
+    assert!(recovered <= 2 * LEASE_MS, "reclaimed {recovered} ms after kill -9 (lease {LEASE_MS} ms)");
+    eprintln!("kill -9 recovery: step claimed again {recovered} ms after the kill (lease {LEASE_MS} ms)");
 
     // the dead worker's attempt comes back late: refused, nothing changes
     let late = StepWrite {
@@ -81,20 +61,13 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
         error: Some("late".into()),
         output: None,
     };
-    assert!(
-        write_results(&db.pool, "doomed", &[late])
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(write_results(&db.pool, "doomed", &[late]).await.unwrap().is_empty());
     let after = engine.job(id).await.unwrap();
-    assert_eq!(
-        (after.state.as_str(), after.last_error.clone()),
-        ("succeeded", j.last_error)
-    );
+    assert_eq!((after.state.as_str(), after.last_error.clone()), ("succeeded", j.last_error));
     let ev = engine.events(id).await.unwrap();
-    assert!(ev.iter().any(|e| e.actor == "worker:rescuer"
-        && e.detail.as_deref().is_some_and(|d| d.contains("doomed"))));
+    assert!(
+        ev.iter().any(|e| e.actor == "worker:rescuer" && e.detail.as_deref().is_some_and(|d| d.contains("doomed")))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,14 +77,8 @@ async fn two_worker_processes_run_a_thousand_jobs_exactly_once_and_one_subject_a
     let _a = spawn_worker_process(&db, "pa", "5s", &["--worker-concurrency", "16"]);
     let _b = spawn_worker_process(&db, "pb", "5s", &["--worker-concurrency", "16"]);
     wait_listening(&db, 2).await;
-    let jobs: Vec<NewJob> = (0..1000)
-        .map(|i| {
-            job(
-                &format!("tenant-{}/user-{}", i % 5, i % 100),
-                json!({"sleep_ms": i % 3}),
-            )
-        })
-        .collect();
+    let jobs: Vec<NewJob> =
+        (0..1000).map(|i| job(&format!("tenant-{}/user-{}", i % 5, i % 100), json!({"sleep_ms": i % 3}))).collect();
     for chunk in jobs.chunks(250) {
         engine.enqueue(chunk).await.unwrap();
     }
@@ -123,35 +90,24 @@ async fn two_worker_processes_run_a_thousand_jobs_exactly_once_and_one_subject_a
         (n == 1000).then_some(())
     })
     .await;
-    let bad: i64 = sqlx::query_scalar(
-        "select count(*) from step_runs where outcome is distinct from 'done' or attempt <> 1",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let bad: i64 =
+        sqlx::query_scalar("select count(*) from step_runs where outcome is distinct from 'done' or attempt <> 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(bad, 0, "every step ran exactly once");
-    let per_step: Vec<(i64,)> = sqlx::query_as(
-        "select count(*) from step_runs group by job_id, step_index having count(*) <> 1",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let per_step: Vec<(i64,)> =
+        sqlx::query_as("select count(*) from step_runs group by job_id, step_index having count(*) <> 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     assert!(per_step.is_empty());
-    let total: i64 = sqlx::query_scalar("select count(*) from step_runs")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let total: i64 = sqlx::query_scalar("select count(*) from step_runs").fetch_one(&db.pool).await.unwrap();
     assert_eq!(total, 3000);
 
     // Intervals: each job from its first step's start to its last step's end (database clock),
     // and the work step's own interval as the step measured it (process clock).
-    let rows: Vec<(
-        String,
-        i64,
-        time::OffsetDateTime,
-        time::OffsetDateTime,
-        serde_json::Value,
-    )> = sqlx::query_as(
+    let rows: Vec<(String, i64, time::OffsetDateTime, time::OffsetDateTime, serde_json::Value)> = sqlx::query_as(
         "select j.subject, j.id, min(s.started_at), max(s.finished_at), j.outputs->'work'
          from jobs j join step_runs s on s.job_id = j.id group by j.id order by j.subject, j.id",
     )
@@ -168,14 +124,7 @@ async fn two_worker_processes_run_a_thousand_jobs_exactly_once_and_one_subject_a
     for (subject, jobs) in by_subject {
         for pair in jobs.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            assert!(
-                b.2 >= a.3,
-                "{subject}: job {} started at {} before job {} ended at {}",
-                b.1,
-                b.2,
-                a.1,
-                a.3
-            );
+            assert!(b.2 >= a.3, "{subject}: job {} started at {} before job {} ended at {}", b.1, b.2, a.1, a.3);
             assert!(
                 b.4["started_ms"].as_u64() >= a.4["ended_ms"].as_u64(),
                 "{subject}: work of {} overlaps work of {}",
@@ -192,44 +141,24 @@ async fn a_timer_survives_a_restart_and_fires_once_never_early() {
     let db = TestDb::new().await;
     let engine = selftest(&db);
     let first = spawn_worker_process(&db, "before", LEASE, &[]);
-    let id = engine
-        .enqueue(&[job("tenant-a/bob", json!({"wait_ms": 3000}))])
-        .await
-        .unwrap()[0]
-        .id;
+    let id = engine.enqueue(&[job("tenant-a/bob", json!({"wait_ms": 3000}))]).await.unwrap()[0].id;
     let waiting = wait_state(&engine, id, "waiting", Duration::from_secs(20)).await;
     signal(&first, "-TERM");
     let mut first = first;
-    let status = tokio::time::timeout(Duration::from_secs(20), first.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), first.wait()).await.unwrap().unwrap();
     assert!(status.success(), "graceful exit: {status}");
-    assert_eq!(
-        engine.job(id).await.unwrap().state,
-        "waiting",
-        "the timer is still pending after the restart"
-    );
+    assert_eq!(engine.job(id).await.unwrap().state, "waiting", "the timer is still pending after the restart");
 
     let _second = spawn_worker_process(&db, "after", LEASE, &[]);
     wait_state(&engine, id, "succeeded", Duration::from_secs(20)).await;
-    let work: Vec<_> = runs(&engine, id)
-        .await
-        .into_iter()
-        .filter(|r| r.step == "work")
-        .collect();
+    let work: Vec<_> = runs(&engine, id).await.into_iter().filter(|r| r.step == "work").collect();
     let outcomes: Vec<_> = work.iter().map(|r| r.outcome.clone().unwrap()).collect();
     assert_eq!(outcomes, ["wait", "done"]);
     assert_eq!(work[1].worker, "after");
     let due = work[0].next_run_at.unwrap();
     assert_eq!(due, waiting.run_at);
     assert!(due - work[0].finished_at.unwrap() >= time::Duration::milliseconds(3000));
-    assert!(
-        work[1].started_at >= due,
-        "fired early: {} < {}",
-        work[1].started_at,
-        due
-    );
+    assert!(work[1].started_at >= due, "fired early: {} < {}", work[1].started_at, due);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,33 +166,19 @@ async fn sigterm_lets_a_running_step_finish_then_exits_zero() {
     let db = TestDb::new().await;
     let engine = selftest(&db);
     let mut child = spawn_worker_process(&db, "graceful", LEASE, &["--shutdown-grace", "10s"]);
-    let id = engine
-        .enqueue(&[job("tenant-a/carol", json!({"sleep_ms": 1500}))])
-        .await
-        .unwrap()[0]
-        .id;
+    let id = engine.enqueue(&[job("tenant-a/carol", json!({"sleep_ms": 1500}))]).await.unwrap()[0].id;
     eventually(Duration::from_secs(20), "work to start", || async {
         let j = engine.job(id).await.unwrap();
         (j.step == "work" && j.state == "running").then_some(())
     })
     .await;
     signal(&child, "-TERM");
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exit status {status}");
     let j = engine.job(id).await.unwrap();
     // work finished; the next step was left for whoever runs next
-    assert_eq!(
-        (j.state.as_str(), j.step.as_str(), j.lease_owner),
-        ("pending", "finish", None)
-    );
-    let work = runs(&engine, id)
-        .await
-        .into_iter()
-        .find(|r| r.step == "work")
-        .unwrap();
+    assert_eq!((j.state.as_str(), j.step.as_str(), j.lease_owner), ("pending", "finish", None));
+    let work = runs(&engine, id).await.into_iter().find(|r| r.step == "work").unwrap();
     assert_eq!(work.outcome.as_deref(), Some("done"));
 }
 
@@ -272,29 +187,18 @@ async fn sigterm_past_the_grace_period_releases_the_lease_for_others_at_once() {
     let db = TestDb::new().await;
     let engine = selftest(&db);
     let mut child = spawn_worker_process(&db, "slow", "30s", &["--shutdown-grace", "500ms"]);
-    let id = engine
-        .enqueue(&[job("tenant-a/dave", json!({"block_attempts": 1}))])
-        .await
-        .unwrap()[0]
-        .id;
+    let id = engine.enqueue(&[job("tenant-a/dave", json!({"block_attempts": 1}))]).await.unwrap()[0].id;
     eventually(Duration::from_secs(20), "work to start", || async {
         let j = engine.job(id).await.unwrap();
         (j.step == "work" && j.state == "running").then_some(())
     })
     .await;
     signal(&child, "-TERM");
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exit status {status}");
     let j = engine.job(id).await.unwrap();
     assert_eq!((j.state.as_str(), j.lease_owner), ("pending", None));
-    let released = runs(&engine, id)
-        .await
-        .into_iter()
-        .find(|r| r.step == "work")
-        .unwrap();
+    let released = runs(&engine, id).await.into_iter().find(|r| r.step == "work").unwrap();
     assert_eq!(released.outcome.as_deref(), Some("released"));
     // with a 30 s lease, only the release lets another worker take it now
     let _next = spawn_worker_process(&db, "next", "30s", &[]);

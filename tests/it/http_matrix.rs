@@ -88,22 +88,13 @@ async fn every_v1_route_by_role_and_tenant() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move {
-        onramp::serve::run(e, Some(listener), None, None, s)
-            .await
-            .unwrap()
-    });
+    tokio::spawn(async move { onramp::serve::run(e, Some(listener), None, None, s).await.unwrap() });
     let http = reqwest::Client::new();
 
     let routes: Vec<(Method, &str)> = onramp::http::routes()
         .iter()
         .filter(|r| r.path.starts_with("/v1/"))
-        .map(|r| {
-            (
-                Method::from_bytes(r.method.as_str().as_bytes()).unwrap(),
-                r.path,
-            )
-        })
+        .map(|r| (Method::from_bytes(r.method.as_str().as_bytes()).unwrap(), r.path))
         .collect();
     assert!(routes.len() >= 10, "{routes:?}");
 
@@ -111,71 +102,38 @@ async fn every_v1_route_by_role_and_tenant() {
     let mut n = 0;
     for role in [Role::Viewer, Role::Operator, Role::Admin] {
         for scoped in [false, true] {
-            let caller = token(
-                &engine,
-                &format!("caller-{role}-{scoped}"),
-                role,
-                scoped.then_some("tenant-a"),
-            )
-            .await;
+            let caller = token(&engine, &format!("caller-{role}-{scoped}"), role, scoped.then_some("tenant-a")).await;
             for own in [true, false] {
                 let tenant = if own { "tenant-a" } else { "tenant-b" };
                 for (method, path) in &routes {
                     n += 1;
                     // a fresh job (and token) for every call, so actions find them in a known state
                     let job = engine
-                        .enqueue(&[NewJob::new(
-                            "selftest",
-                            &format!("{tenant}/u{n}"),
-                            json!({}),
-                            Actor::cli("t"),
-                        )
-                        .at(time::OffsetDateTime::now_utc() + time::Duration::hours(1))])
+                        .enqueue(&[NewJob::new("selftest", &format!("{tenant}/u{n}"), json!({}), Actor::cli("t"))
+                            .at(time::OffsetDateTime::now_utc() + time::Duration::hours(1))])
                         .await
                         .unwrap()[0]
                         .id;
                     let victim = format!("victim-{n}");
                     token(&engine, &victim, Role::Viewer, Some(tenant)).await;
-                    let url = format!(
-                        "{base}{}",
-                        path.replace("{id}", &job.to_string())
-                            .replace("{name}", &victim)
-                    );
+                    let url = format!("{base}{}", path.replace("{id}", &job.to_string()).replace("{name}", &victim));
                     let mut req = http.request(method.clone(), &url);
                     if path == &"/v1/tokens" && method == Method::POST {
                         req = req.json(&json!({"name": format!("new-{n}"), "role": "viewer", "tenant": tenant}));
                     }
                     // no token: always 401
-                    let anon = http
-                        .request(method.clone(), &url)
-                        .send()
-                        .await
-                        .unwrap()
-                        .status();
-                    assert_eq!(
-                        anon,
-                        StatusCode::UNAUTHORIZED,
-                        "{method} {path} without a token"
-                    );
+                    let anon = http.request(method.clone(), &url).send().await.unwrap().status();
+                    assert_eq!(anon, StatusCode::UNAUTHORIZED, "{method} {path} without a token");
                     let res = req.bearer_auth(&caller).send().await.unwrap();
                     let status = res.status().as_u16();
-                    let case = Case {
-                        role,
-                        scoped,
-                        own,
-                        method,
-                        path,
-                    };
+                    let case = Case { role, scoped, own, method, path };
                     let want = expect(&case);
                     let ok = match want {
                         Allowed(codes) => codes.contains(&status),
                         Forbidden => status == 403,
                         NotFound => status == 404,
                     };
-                    assert!(
-                        ok,
-                        "{method} {path} as {role} (scoped {scoped}, own {own}): got {status}, want {want:?}"
-                    );
+                    assert!(ok, "{method} {path} as {role} (scoped {scoped}, own {own}): got {status}, want {want:?}");
                     checked += 1;
                 }
             }
@@ -185,21 +143,10 @@ async fn every_v1_route_by_role_and_tenant() {
 
     // listing never leaks another tenant's jobs
     let scoped = token(&engine, "scoped-viewer", Role::Viewer, Some("tenant-a")).await;
-    let body: serde_json::Value = http
-        .get(format!("{base}/v1/jobs?limit=500"))
-        .bearer_auth(&scoped)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let tenants: BTreeSet<&str> = body["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["tenant"].as_str().unwrap())
-        .collect();
+    let body: serde_json::Value =
+        http.get(format!("{base}/v1/jobs?limit=500")).bearer_auth(&scoped).send().await.unwrap().json().await.unwrap();
+    let tenants: BTreeSet<&str> =
+        body["jobs"].as_array().unwrap().iter().map(|j| j["tenant"].as_str().unwrap()).collect();
     assert_eq!(tenants, BTreeSet::from(["tenant-a"]));
     let body: serde_json::Value = http
         .get(format!("{base}/v1/jobs?tenant=tenant-b"))
@@ -217,8 +164,7 @@ async fn every_v1_route_by_role_and_tenant() {
 /// `path -> methods` from openapi.yaml, read line by line (the file keeps one style:
 /// two-space-indented paths under `paths:`, methods four spaces in).
 fn spec_routes() -> BTreeSet<(String, String)> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
     let mut out = BTreeSet::new();
     let mut in_paths = false;
     let mut path = String::new();
@@ -244,19 +190,11 @@ fn spec_routes() -> BTreeSet<(String, String)> {
 
 #[test]
 fn openapi_lists_exactly_the_served_routes() {
-    let served: BTreeSet<(String, String)> = onramp::http::routes()
-        .iter()
-        .map(|r| (r.method.to_string(), r.path.to_string()))
-        .collect();
+    let served: BTreeSet<(String, String)> =
+        onramp::http::routes().iter().map(|r| (r.method.to_string(), r.path.to_string())).collect();
     let spec = spec_routes();
     let missing: Vec<_> = served.difference(&spec).collect();
     let extra: Vec<_> = spec.difference(&served).collect();
-    assert!(
-        missing.is_empty(),
-        "served but not in openapi.yaml: {missing:?}"
-    );
-    assert!(
-        extra.is_empty(),
-        "in openapi.yaml but not served: {extra:?}"
-    );
+    assert!(missing.is_empty(), "served but not in openapi.yaml: {missing:?}");
+    assert!(extra.is_empty(), "in openapi.yaml but not served: {extra:?}");
 }

@@ -5,9 +5,7 @@ use std::process::{Command, Output};
 
 fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_onramp"));
-    c.args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -38,17 +36,11 @@ fn serve_help_lists_the_intake_settings_with_defaults() {
         ("ONRAMP_BRAKE_MAX_PERCENT", Some("10")),
         ("ONRAMP_SACCTMGR_TIMEOUT", Some("60s")),
     ] {
-        let at = help
-            .find(&format!("[env: {env}"))
-            .unwrap_or_else(|| panic!("{env} missing from help:\n{help}"));
+        let at = help.find(&format!("[env: {env}")).unwrap_or_else(|| panic!("{env} missing from help:\n{help}"));
         if let Some(d) = default {
             let end = help[at..].find(']').unwrap() + at;
             let before = &help[..end + 40.min(help.len() - end)];
-            assert!(
-                before[at..].contains(&format!("default: {d}")),
-                "{env} default {d}: {}",
-                &help[at..end + 30]
-            );
+            assert!(before[at..].contains(&format!("default: {d}")), "{env} default {d}: {}", &help[at..end + 30]);
         }
     }
     let o = onramp(&["reconcile", "--help"], &[]);
@@ -60,17 +52,11 @@ fn serve_help_lists_the_intake_settings_with_defaults() {
 fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
     let o = onramp(
         &["reconcile"],
-        &[
-            ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x"),
-            ("ONRAMP_AUTHENTIK_URL", "https://auth.example.org"),
-        ],
+        &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x"), ("ONRAMP_AUTHENTIK_URL", "https://auth.example.org")],
     );
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        e.contains("missing setting ONRAMP_TENANTS, ONRAMP_AUTHENTIK_TOKEN(_FILE)"),
-        "{e}"
-    );
+    assert!(e.contains("missing setting ONRAMP_TENANTS, ONRAMP_AUTHENTIK_TOKEN(_FILE)"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
 
     let dir = std::env::temp_dir().join(format!("onramp-cli-{}", uuid::Uuid::new_v4().simple()));
@@ -89,14 +75,10 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
     std::fs::remove_dir_all(&dir).unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(
-        e.contains("line 2: tenants[0].name: tenant name \"Foo\" is not allowed"),
-        "{e}"
-    );
+    assert!(e.contains("line 2: tenants[0].name: tenant name \"Foo\" is not allowed"), "{e}");
 
     // a malformed signing secret is named, never printed
-    let file =
-        std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let file = std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(&file, "tenants:\n  - name: foo\n    group: g\n").unwrap();
     let o = onramp(
         &["serve", "--role", "api"],
@@ -105,18 +87,12 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
             ("ONRAMP_AUTHENTIK_URL", "https://auth.example.org"),
             ("ONRAMP_AUTHENTIK_TOKEN", "t"),
             ("ONRAMP_TENANTS", file.to_str().unwrap()),
-            (
-                "ONRAMP_WEBHOOK_SECRETS",
-                "whsec_c2VjcmV0LXRoYXQtaXMtbm90LW91cnMtYXQtYWxs,whsec_!!topsecret",
-            ),
+            ("ONRAMP_WEBHOOK_SECRETS", "whsec_c2VjcmV0LXRoYXQtaXMtbm90LW91cnMtYXQtYWxs,whsec_!!topsecret"),
         ],
     );
     std::fs::remove_file(&file).unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(
-        e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"),
-        "{e}"
-    );
+    assert!(e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"), "{e}");
     assert!(!e.contains("topsecret") && !e.contains("c2VjcmV0"), "{e}");
 }

@@ -60,11 +60,7 @@ pub struct FakeState {
 }
 
 fn group_uuid(name: &str) -> String {
-    format!(
-        "{:032x}",
-        name.bytes()
-            .fold(0u128, |h, b| h.wrapping_mul(131).wrapping_add(b as u128))
-    )
+    format!("{:032x}", name.bytes().fold(0u128, |h, b| h.wrapping_mul(131).wrapping_add(b as u128)))
 }
 
 impl FakeUser {
@@ -94,18 +90,11 @@ impl FakeUser {
 pub type Fake = Arc<Mutex<FakeState>>;
 
 fn page(items: Vec<Value>, q: &BTreeMap<String, String>) -> Value {
-    let size: usize = q
-        .get("page_size")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+    let size: usize = q.get("page_size").and_then(|s| s.parse().ok()).unwrap_or(20);
     let pageno: usize = q.get("page").and_then(|s| s.parse().ok()).unwrap_or(1);
     let total = items.len();
     let pages = total.div_ceil(size).max(1);
-    let results: Vec<Value> = items
-        .into_iter()
-        .skip((pageno - 1) * size)
-        .take(size)
-        .collect();
+    let results: Vec<Value> = items.into_iter().skip((pageno - 1) * size).take(size).collect();
     json!({
         "pagination": { "next": if pageno < pages { pageno + 1 } else { 0 }, "previous": pageno.saturating_sub(1),
                         "count": total, "current": pageno, "total_pages": pages,
@@ -118,30 +107,19 @@ fn page(items: Vec<Value>, q: &BTreeMap<String, String>) -> Value {
 fn gate(st: &mut FakeState, h: &HeaderMap, what: String) -> Option<Response> {
     st.requests.push(what);
     if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {TOKEN}")) {
-        return Some(
-            (
-                StatusCode::FORBIDDEN,
-                Json(json!({"detail": "Token invalid/expired"})),
-            )
-                .into_response(),
-        );
+        return Some((StatusCode::FORBIDDEN, Json(json!({"detail": "Token invalid/expired"}))).into_response());
     }
     if let Some((status, retry)) = st.fail_next.pop_front() {
         let mut r = (StatusCode::from_u16(status).unwrap(), "overloaded").into_response();
         if let Some(s) = retry {
-            r.headers_mut()
-                .insert("retry-after", s.to_string().parse().unwrap());
+            r.headers_mut().insert("retry-after", s.to_string().parse().unwrap());
         }
         return Some(r);
     }
     None
 }
 
-async fn users(
-    State(f): State<Fake>,
-    h: HeaderMap,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
+async fn users(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
     let mut st = f.lock().unwrap();
     if let Some(r) = gate(&mut st, &h, format!("GET users {q:?}")) {
         return r;
@@ -151,10 +129,7 @@ async fn users(
         .values()
         .filter(|u| q.get("username").is_none_or(|n| &u.username == n))
         .filter(|u| q.get("groups_by_name").is_none_or(|g| u.groups.contains(g)))
-        .filter(|u| {
-            q.get("is_active")
-                .is_none_or(|a| (a == "true") == u.is_active)
-        })
+        .filter(|u| q.get("is_active").is_none_or(|a| (a == "true") == u.is_active))
         .map(FakeUser::json)
         .collect();
     Json(page(list, &q)).into_response()
@@ -167,20 +142,11 @@ async fn user(State(f): State<Fake>, h: HeaderMap, Path(pk): Path<i64>) -> Respo
     }
     match st.users.get(&pk) {
         Some(u) => Json(u.json()).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({"detail": "No User matches the given query."})),
-        )
-            .into_response(),
+        None => (StatusCode::NOT_FOUND, Json(json!({"detail": "No User matches the given query."}))).into_response(),
     }
 }
 
-async fn patch_user(
-    State(f): State<Fake>,
-    h: HeaderMap,
-    Path(pk): Path<i64>,
-    Json(b): Json<Value>,
-) -> Response {
+async fn patch_user(State(f): State<Fake>, h: HeaderMap, Path(pk): Path<i64>, Json(b): Json<Value>) -> Response {
     let mut st = f.lock().unwrap();
     if let Some(r) = gate(&mut st, &h, format!("PATCH user {pk} {b}")) {
         return r;
@@ -192,19 +158,11 @@ async fn patch_user(
             }
             Json(u.json()).into_response()
         }
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({"detail": "No User matches the given query."})),
-        )
-            .into_response(),
+        None => (StatusCode::NOT_FOUND, Json(json!({"detail": "No User matches the given query."}))).into_response(),
     }
 }
 
-async fn groups(
-    State(f): State<Fake>,
-    h: HeaderMap,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
+async fn groups(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
     let mut st = f.lock().unwrap();
     if let Some(r) = gate(&mut st, &h, format!("GET groups {q:?}")) {
         return r;
@@ -221,9 +179,7 @@ async fn groups(
 /// Starts the fake Authentik; returns its state and base URL.
 pub async fn fake_authentik() -> (Fake, String) {
     let fake: Fake = Arc::new(Mutex::new(FakeState {
-        groups: ["tenant-foo-users", "tenant-foo-ml", "tenant-bar-users"]
-            .map(String::from)
-            .to_vec(),
+        groups: ["tenant-foo-users", "tenant-foo-ml", "tenant-bar-users"].map(String::from).to_vec(),
         ..Default::default()
     }));
     let app = Router::new()
@@ -255,22 +211,15 @@ pub struct FakeCluster(pub Arc<Mutex<Vec<(SlurmAccount, Username)>>>);
 
 impl FakeCluster {
     pub fn set(&self, pairs: &[(&str, &str)]) {
-        *self.0.lock().unwrap() = pairs
-            .iter()
-            .map(|(a, u)| (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap()))
-            .collect();
+        *self.0.lock().unwrap() =
+            pairs.iter().map(|(a, u)| (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap())).collect();
     }
 }
 
 impl AssociationSource for FakeCluster {
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> AssocFuture<'a> {
         let all = self.0.lock().unwrap().clone();
-        Box::pin(async move {
-            Ok(all
-                .into_iter()
-                .filter(|(a, _)| accounts.contains(a))
-                .collect())
-        })
+        Box::pin(async move { Ok(all.into_iter().filter(|(a, _)| accounts.contains(a)).collect()) })
     }
 }
 
@@ -328,30 +277,18 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let (fake, ak_url) = fake_authentik().await;
     let cluster = FakeCluster::default();
     let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
-    let reconciler = Reconciler::new(
-        client(&ak_url),
-        tenants.clone(),
-        Arc::new(cluster.clone()),
-        Brake::default(),
-    );
+    let reconciler = Reconciler::new(client(&ak_url), tenants.clone(), Arc::new(cluster.clone()), Brake::default());
     let setup = IntakeSetup {
         reconciler,
         tenants,
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,
-        writers: std::env::var("WRITERS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(2),
+        writers: std::env::var("WRITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(2),
         batch: 512,
         reconcile_interval: Duration::ZERO,
     };
-    let registry = setup.registry(
-        Registry::new()
-            .with(Recorded(USER_ONBOARD))
-            .with(Recorded(USER_OFFBOARD)),
-    );
+    let registry = setup.registry(Registry::new().with(Recorded(USER_ONBOARD)).with(Recorded(USER_OFFBOARD)));
     let engine = Engine::new(db.pool.clone(), registry);
     let intake = setup.start(&engine);
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
@@ -360,21 +297,11 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let addr: SocketAddr = l.local_addr().unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(onramp::http::serve(l, state, stop.clone()));
-    App {
-        engine,
-        url: format!("http://{addr}/webhooks/authentik"),
-        fake,
-        cluster,
-        http: reqwest::Client::new(),
-        stop,
-    }
+    App { engine, url: format!("http://{addr}/webhooks/authentik"), fake, cluster, http: reqwest::Client::new(), stop }
 }
 
 pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
 /// A structured body as our blueprint's mapping produces it.
@@ -401,9 +328,7 @@ impl App {
     /// POSTs `body` signed with the test secret (a fresh webhook-id per call unless given).
     pub async fn post_signed(&self, body: &Value, id: Option<&str>) -> reqwest::Response {
         let raw = serde_json::to_vec(body).unwrap();
-        let id = id
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
+        let id = id.map(str::to_string).unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
         self.post_raw(&raw, &id, now(), WHSEC).await
     }
 

@@ -12,9 +12,7 @@ struct BadConf(String);
 
 impl Transport for BadConf {
     fn run<'a>(&'a self, cmd: &'a Command, timeout: Duration) -> RunFuture<'a> {
-        let c = Command::new("env")
-            .arg(format!("SLURM_CONF={}", self.0))
-            .args(cmd.argv().iter().cloned());
+        let c = Command::new("env").arg(format!("SLURM_CONF={}", self.0)).args(cmd.argv().iter().cloned());
         Box::pin(async move { LOCAL.run(&c, timeout).await })
     }
 }
@@ -38,30 +36,14 @@ async fn an_unreachable_slurmdbd_is_retryable() {
     std::fs::write(&conf, bad).unwrap();
     let s = SlurmCli::new(Arc::new(BadConf(conf.to_str().unwrap().into())), cluster());
     let e = s.ensure_tenant(&tenant(&uniq("t"), &[])).await.unwrap_err();
-    assert!(
-        matches!(e, SlurmError::Unreachable { .. }) && e.is_retryable(),
-        "{e:?}"
-    );
+    assert!(matches!(e, SlurmError::Unreachable { .. }) && e.is_retryable(), "{e:?}");
     std::fs::remove_file(&conf).unwrap();
 }
 
 #[tokio::test]
 async fn hostile_names_never_reach_an_argv() {
-    for s in [
-        "-rf",
-        "--help",
-        "a;rm -rf /",
-        "$(id)",
-        "`id`",
-        "a b",
-        "ünï",
-        "a,b",
-        "a=b",
-        "a|b",
-        "x\ny",
-        "'",
-        "Alice",
-    ] {
+    for s in ["-rf", "--help", "a;rm -rf /", "$(id)", "`id`", "a b", "ünï", "a,b", "a=b", "a|b", "x\ny", "'", "Alice"]
+    {
         assert!(Username::parse(s).is_err(), "{s:?}");
         assert!(SlurmAccount::parse(s).is_err(), "{s:?}");
         assert!(QosName::parse(s).is_err(), "{s:?}");
@@ -75,21 +57,10 @@ async fn hostile_names_never_reach_an_argv() {
     let s = SlurmCli::new(Arc::new(rec.clone()), cluster());
     let spec = tenant("tenant-foo", &["ml-team-foo"]);
     let _ = s.ensure_tenant(&spec).await;
-    let u = UserSpec {
-        user: user("alice"),
-        account: acct("ml-team-foo"),
-        default_account: true,
-        limits: user_limits(),
-    };
+    let u =
+        UserSpec { user: user("alice"), account: acct("ml-team-foo"), default_account: true, limits: user_limits() };
     let _ = s.ensure_user(&u).await;
-    let _ = s
-        .add_users(
-            &acct("ml-team-foo"),
-            &[user("bob"), user("carol")],
-            true,
-            &user_limits(),
-        )
-        .await;
+    let _ = s.add_users(&acct("ml-team-foo"), &[user("bob"), user("carol")], true, &user_limits()).await;
     let _ = s.block_user(&user("alice")).await;
     let _ = s.cancel_pending(&JobScope::User(user("alice"))).await;
     let _ = s.delete_account(&acct("tenant-foo")).await;
@@ -99,9 +70,7 @@ async fn hostile_names_never_reach_an_argv() {
         for a in c.argv() {
             let text_value = a.starts_with("Description=") || a.starts_with("Organization=");
             assert!(
-                a.chars().all(|ch| ch.is_ascii_alphanumeric()
-                    || "-_=,/.%|".contains(ch)
-                    || (text_value && ch == ' ')),
+                a.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_=,/.%|".contains(ch) || (text_value && ch == ' ')),
                 "{a:?} in {c}"
             );
         }
@@ -111,10 +80,7 @@ async fn hostile_names_never_reach_an_argv() {
 #[test]
 fn doctor_reports_what_the_test_cluster_really_lacks() {
     cluster_up();
-    let config = std::process::Command::new("scontrol")
-        .args(["show", "config"])
-        .output()
-        .unwrap();
+    let config = std::process::Command::new("scontrol").args(["show", "config"]).output().unwrap();
     let config = onramp::slurm::parse::config(&String::from_utf8_lossy(&config.stdout));
     let doctor = |extra: &[&str]| {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_onramp"))
@@ -122,65 +88,32 @@ fn doctor_reports_what_the_test_cluster_really_lacks() {
             .args(extra)
             .output()
             .unwrap();
-        let v: serde_json::Value =
-            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
         (o.status.code(), v)
     };
     let status = |v: &serde_json::Value, s: &str| {
-        v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["setting"] == s)
-            .unwrap()["status"]
+        v["findings"].as_array().unwrap().iter().find(|f| f["setting"] == s).unwrap()["status"]
             .as_str()
             .unwrap()
             .to_string()
     };
     let (code, v) = doctor(&[]);
     let want = |ok: bool| if ok { "ok" } else { "missing" };
-    assert_eq!(
-        status(&v, "ProctrackType"),
-        want(config["ProctrackType"] == "proctrack/cgroup")
-    );
-    assert_eq!(
-        status(&v, "TaskPlugin"),
-        want(config["TaskPlugin"].contains("task/cgroup"))
-    );
-    assert_eq!(
-        status(&v, "PrologFlags"),
-        want(config["PrologFlags"].contains("Contain"))
-    );
-    assert_eq!(
-        status(&v, "AccountingStorageEnforce"),
-        "ok",
-        "the script sets associations,limits,qos,safe"
-    );
-    assert_eq!(
-        status(&v, "PriorityFlags"),
-        "ok",
-        "fair tree is 22.05's default: {v}"
-    );
+    assert_eq!(status(&v, "ProctrackType"), want(config["ProctrackType"] == "proctrack/cgroup"));
+    assert_eq!(status(&v, "TaskPlugin"), want(config["TaskPlugin"].contains("task/cgroup")));
+    assert_eq!(status(&v, "PrologFlags"), want(config["PrologFlags"].contains("Contain")));
+    assert_eq!(status(&v, "AccountingStorageEnforce"), "ok", "the script sets associations,limits,qos,safe");
+    assert_eq!(status(&v, "PriorityFlags"), "ok", "fair tree is 22.05's default: {v}");
     if !std::path::Path::new("/etc/slurm/cgroup.conf").exists() {
         assert_eq!(status(&v, "ConstrainDevices"), "unknown");
     }
     assert_eq!(code, Some(if v["ok"] == true { 0 } else { 1 }));
-    assert_eq!(
-        v["ok"],
-        config["ProctrackType"] == "proctrack/cgroup" && config["PrologFlags"].contains("Contain")
-    );
+    assert_eq!(v["ok"], config["ProctrackType"] == "proctrack/cgroup" && config["PrologFlags"].contains("Contain"));
 
     let cg = std::env::temp_dir().join(format!("{}.conf", uniq("cgroup")));
-    std::fs::write(
-        &cg,
-        "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainDevices=yes\n",
-    )
-    .unwrap();
+    std::fs::write(&cg, "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainDevices=yes\n").unwrap();
     let (_, v) = doctor(&["--cgroup-conf", cg.to_str().unwrap()]);
-    assert_eq!(
-        (status(&v, "ConstrainDevices"), status(&v, "ConstrainCores")),
-        ("ok".into(), "ok".into())
-    );
+    assert_eq!((status(&v, "ConstrainDevices"), status(&v, "ConstrainCores")), ("ok".into(), "ok".into()));
     assert_eq!(status(&v, "ConstrainRAMSpace"), "missing");
     std::fs::remove_file(&cg).unwrap();
 }

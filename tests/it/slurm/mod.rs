@@ -22,38 +22,19 @@ pub static LOCAL: Local = Local;
 pub fn cluster_up() {
     static UP: OnceLock<Result<(), String>> = OnceLock::new();
     let up = UP.get_or_init(|| {
-        let run = |p: &str, a: &[&str]| {
-            std::process::Command::new(p)
-                .args(a)
-                .output()
-                .map_err(|e| format!("{p}: {e}"))
-        };
+        let run = |p: &str, a: &[&str]| std::process::Command::new(p).args(a).output().map_err(|e| format!("{p}: {e}"));
         let o = run("scontrol", &["ping"])?;
         if !String::from_utf8_lossy(&o.stdout).contains("is UP") {
-            return Err(format!(
-                "scontrol ping: {}",
-                String::from_utf8_lossy(&o.stdout).trim()
-            ));
+            return Err(format!("scontrol ping: {}", String::from_utf8_lossy(&o.stdout).trim()));
         }
-        let o = run(
-            "sacctmgr",
-            &["-n", "-P", "show", "cluster", "format=cluster"],
-        )?;
-        if !String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .any(|l| l == "production")
-        {
-            return Err(format!(
-                "sacctmgr show cluster: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ));
+        let o = run("sacctmgr", &["-n", "-P", "show", "cluster", "format=cluster"])?;
+        if !String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "production") {
+            return Err(format!("sacctmgr show cluster: {}", String::from_utf8_lossy(&o.stderr).trim()));
         }
         Ok(())
     });
     if let Err(e) = up {
-        panic!(
-            "the Slurm test cluster is not running ({e}): run `scripts/slurm-test-cluster.sh start`"
-        );
+        panic!("the Slurm test cluster is not running ({e}): run `scripts/slurm-test-cluster.sh start`");
     }
 }
 
@@ -96,32 +77,16 @@ pub struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let run = |args: &[&str]| {
-            let _ = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .output();
+            let _ = std::process::Command::new(args[0]).args(&args[1..]).output();
         };
         for a in &self.accounts {
             run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
         }
         if !self.users.is_empty() {
-            run(&[
-                "sacctmgr",
-                "-i",
-                "delete",
-                "user",
-                "where",
-                &format!("name={}", self.users.join(",")),
-            ]);
+            run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", self.users.join(","))]);
         }
         if !self.accounts.is_empty() {
-            run(&[
-                "sacctmgr",
-                "-i",
-                "delete",
-                "account",
-                "where",
-                &format!("name={}", self.accounts.join(",")),
-            ]);
+            run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.accounts.join(","))]);
         }
     }
 }
@@ -147,10 +112,7 @@ pub fn tenant(name: &str, teams: &[&str]) -> TenantSpec {
                 parent: Some(t.clone()),
                 description: text("Tenant Foo ML Team"),
                 organization: text(name),
-                limits: AccountLimits {
-                    fairshare: Some(Fairshare::Shares(200)),
-                    ..Default::default()
-                },
+                limits: AccountLimits { fairshare: Some(Fairshare::Shares(200)), ..Default::default() },
             })
             .collect(),
     }
@@ -174,9 +136,5 @@ pub fn assoc<'a>(all: &'a [Association], account: &str, user: &str) -> &'a Assoc
 }
 
 pub fn runuser(unix: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new("runuser")
-        .args(["-u", unix, "--"])
-        .args(args)
-        .output()
-        .unwrap()
+    std::process::Command::new("runuser").args(["-u", unix, "--"]).args(args).output().unwrap()
 }

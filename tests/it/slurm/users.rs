@@ -11,111 +11,47 @@ use super::*;
 async fn user_associations_converge_and_the_default_account_moves_before_a_delete() {
     let s = slurm();
     let (t, a, b, u) = (uniq("t"), uniq("a"), uniq("b"), uniq("u"));
-    let _c = Cleanup {
-        accounts: vec![a.clone(), b.clone(), t.clone()],
-        users: vec![u.clone()],
-    };
+    let _c = Cleanup { accounts: vec![a.clone(), b.clone(), t.clone()], users: vec![u.clone()] };
     s.ensure_tenant(&tenant(&t, &[&a, &b])).await.unwrap();
-    let mut spec = UserSpec {
-        user: user(&u),
-        account: acct(&a),
-        default_account: true,
-        limits: user_limits(),
-    };
+    let mut spec = UserSpec { user: user(&u), account: acct(&a), default_account: true, limits: user_limits() };
 
     assert_eq!(s.ensure_user(&spec).await.unwrap().created, vec![u.clone()]);
     assert!(s.ensure_user(&spec).await.unwrap().is_noop());
     let st = s.user(&user(&u)).await.unwrap().unwrap();
     assert_eq!(st.default_account, a);
     let x = assoc(&st.assocs, &a, &u);
-    assert_eq!(
-        (x.fairshare, x.max_jobs, x.default_qos.as_str()),
-        (Fairshare::Parent, Limit::At(20), "normal")
-    );
+    assert_eq!((x.fairshare, x.max_jobs, x.default_qos.as_str()), (Fairshare::Parent, Limit::At(20), "normal"));
     assert_eq!(x.grp_tres_mins.get("gres/gpu"), Some(10000));
 
     spec.limits.max_jobs = Some(Limit::At(5));
     spec.limits.grp_tres_mins = Some(Tres::gpus(500));
     spec.limits.grp_jobs = Some(Limit::At(7));
     let ch = s.ensure_user(&spec).await.unwrap();
-    assert_eq!(
-        ch.changed,
-        [
-            format!("{u}: MaxJobs"),
-            format!("{u}: GrpJobs"),
-            format!("{u}: GrpTRESMins")
-        ]
-    );
+    assert_eq!(ch.changed, [format!("{u}: MaxJobs"), format!("{u}: GrpJobs"), format!("{u}: GrpTRESMins")]);
     assert!(s.ensure_user(&spec).await.unwrap().is_noop());
-    let x = s
-        .user(&user(&u))
-        .await
-        .unwrap()
-        .unwrap()
-        .assocs
-        .into_iter()
-        .find(|x| x.account == a)
-        .unwrap();
-    assert_eq!(
-        (x.max_jobs, x.grp_jobs, x.grp_tres_mins.get("gres/gpu")),
-        (Limit::At(5), Limit::At(7), Some(500))
-    );
+    let x = s.user(&user(&u)).await.unwrap().unwrap().assocs.into_iter().find(|x| x.account == a).unwrap();
+    assert_eq!((x.max_jobs, x.grp_jobs, x.grp_tres_mins.get("gres/gpu")), (Limit::At(5), Limit::At(7), Some(500)));
 
     // A second association that is not the default; then the default one goes: the default moves first.
-    let second = UserSpec {
-        account: acct(&b),
-        default_account: false,
-        ..spec.clone()
-    };
-    assert_eq!(
-        s.ensure_user(&second).await.unwrap().created,
-        vec![u.clone()]
-    );
+    let second = UserSpec { account: acct(&b), default_account: false, ..spec.clone() };
+    assert_eq!(s.ensure_user(&second).await.unwrap().created, vec![u.clone()]);
     assert_eq!(s.user(&user(&u)).await.unwrap().unwrap().default_account, a);
-    assert!(matches!(
-        s.delete_user_association(&user(&u), &acct(&a))
-            .await
-            .unwrap(),
-        Deleted::Deleted { .. }
-    ));
-    assert_eq!(
-        s.delete_user_association(&user(&u), &acct(&a))
-            .await
-            .unwrap(),
-        Deleted::AlreadyGone
-    );
+    assert!(matches!(s.delete_user_association(&user(&u), &acct(&a)).await.unwrap(), Deleted::Deleted { .. }));
+    assert_eq!(s.delete_user_association(&user(&u), &acct(&a)).await.unwrap(), Deleted::AlreadyGone);
     let st = s.user(&user(&u)).await.unwrap().unwrap();
-    assert_eq!(
-        (st.default_account.as_str(), st.assocs.len()),
-        (b.as_str(), 1)
-    );
+    assert_eq!((st.default_account.as_str(), st.assocs.len()), (b.as_str(), 1));
 
     // Mistakes are permanent.
-    let bad = UserSpec {
-        account: acct(&uniq("nope")),
-        ..spec.clone()
-    };
-    assert!(matches!(
-        s.ensure_user(&bad).await.unwrap_err(),
-        SlurmError::MissingAccount(_)
-    ));
+    let bad = UserSpec { account: acct(&uniq("nope")), ..spec.clone() };
+    assert!(matches!(s.ensure_user(&bad).await.unwrap_err(), SlurmError::MissingAccount(_)));
     let mut bad = second.clone();
     bad.limits.qos = Some(vec![qos("nosuchqos")]);
     bad.limits.default_qos = None;
     let e = s.ensure_user(&bad).await.unwrap_err();
-    assert!(
-        matches!(e, SlurmError::UnknownQos { .. }) && !e.is_retryable(),
-        "{e:?}"
-    );
+    assert!(matches!(e, SlurmError::UnknownQos { .. }) && !e.is_retryable(), "{e:?}");
 
-    assert!(matches!(
-        s.delete_user(&user(&u)).await.unwrap(),
-        Deleted::Deleted { .. }
-    ));
-    assert_eq!(
-        s.delete_user(&user(&u)).await.unwrap(),
-        Deleted::AlreadyGone
-    );
+    assert!(matches!(s.delete_user(&user(&u)).await.unwrap(), Deleted::Deleted { .. }));
+    assert_eq!(s.delete_user(&user(&u)).await.unwrap(), Deleted::AlreadyGone);
     assert_eq!(s.user(&user(&u)).await.unwrap(), None);
 }
 
@@ -128,9 +64,7 @@ struct Counting {
 impl Counting {
     fn count(&self, words: &[&str]) -> usize {
         let seen = self.seen.lock().unwrap();
-        seen.iter()
-            .filter(|c| words.iter().all(|w| c.argv().iter().any(|a| a == w)))
-            .count()
+        seen.iter().filter(|c| words.iter().all(|w| c.argv().iter().any(|a| a == w))).count()
     }
 }
 
@@ -149,27 +83,16 @@ async fn many_users_are_added_in_one_call_and_converged_in_one_more() {
     let (t, a) = (uniq("t"), uniq("a"));
     let users: Vec<String> = (0..30).map(|i| uniq(&format!("b{i}"))).collect();
     let singles: Vec<String> = (0..3).map(|i| uniq(&format!("s{i}"))).collect();
-    let _c = Cleanup {
-        accounts: vec![a.clone(), t.clone()],
-        users: users.iter().chain(&singles).cloned().collect(),
-    };
+    let _c = Cleanup { accounts: vec![a.clone(), t.clone()], users: users.iter().chain(&singles).cloned().collect() };
     s.ensure_tenant(&tenant(&t, &[&a])).await.unwrap();
     let names: Vec<Username> = users.iter().map(|u| user(u)).collect();
 
     // A few exist already, with other limits: they are converged, the rest added, in one call each.
-    let early = UserLimits {
-        max_jobs: Some(Limit::At(3)),
-        ..Default::default()
-    };
-    s.add_users(&acct(&a), &names[..2], true, &early)
-        .await
-        .unwrap();
+    let early = UserLimits { max_jobs: Some(Limit::At(3)), ..Default::default() };
+    s.add_users(&acct(&a), &names[..2], true, &early).await.unwrap();
     let before = counting.seen.lock().unwrap().len();
     let t0 = Instant::now();
-    let done = s
-        .add_users(&acct(&a), &names, true, &user_limits())
-        .await
-        .unwrap();
+    let done = s.add_users(&acct(&a), &names, true, &user_limits()).await.unwrap();
     let batched = t0.elapsed();
     assert_eq!(done.created.len(), 28);
     assert_eq!(done.changed.len(), 2 * 4, "{:?}", done.changed); // Fairshare, QOS, DefaultQOS, MaxJobs, GrpTRESMins minus QOS (normal by default)
@@ -178,30 +101,15 @@ async fn many_users_are_added_in_one_call_and_converged_in_one_more() {
     assert!(cmds[1].argv()[4].split(',').count() == 28);
 
     let again = Instant::now();
-    assert!(
-        s.add_users(&acct(&a), &names, true, &user_limits())
-            .await
-            .unwrap()
-            .is_noop()
-    );
+    assert!(s.add_users(&acct(&a), &names, true, &user_limits()).await.unwrap().is_noop());
     let noop = again.elapsed();
     let all = s.associations(&[acct(&a)]).await.unwrap();
-    assert_eq!(
-        all.iter()
-            .filter(|x| !x.user.is_empty() && x.max_jobs == Limit::At(20))
-            .count(),
-        30
-    );
+    assert_eq!(all.iter().filter(|x| !x.user.is_empty() && x.max_jobs == Limit::At(20)).count(), 30);
 
     // The same work one user at a time, for the figures.
     let t1 = Instant::now();
     for u in &singles {
-        let spec = UserSpec {
-            user: user(u),
-            account: acct(&a),
-            default_account: true,
-            limits: user_limits(),
-        };
+        let spec = UserSpec { user: user(u), account: acct(&a), default_account: true, limits: user_limits() };
         s.ensure_user(&spec).await.unwrap();
     }
     let per_user = t1.elapsed() / singles.len() as u32;
