@@ -1,5 +1,15 @@
 //! Flows: plain enums of steps on the engine. They know nothing of SQL.
 
+/// `tri!(r)`: the value of `Ok`, or return the `Err`'s `Transition` from the step.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(t) => return t,
+        }
+    };
+}
+
 pub mod backends;
 pub mod reconcile;
 pub mod selftest;

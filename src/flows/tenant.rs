@@ -68,15 +68,6 @@ pub async fn enqueue_cli(args: crate::cli::TenantArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(t) => return t,
-        }
-    };
-}
-
 fn checked(b: &Backends, ctx: &StepCtx) -> Result<(Input, Tenant, TenantName), Transition> {
     let input: Input = ctx.input()?;
     let t = b.tenant(&input.tenant)?.clone();

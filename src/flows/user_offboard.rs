@@ -35,15 +35,6 @@ pub struct Input {
 
 pub struct UserOffboard(pub Arc<Backends>);
 
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(t) => return t,
-        }
-    };
-}
-
 impl Flow for UserOffboard {
     fn kind(&self) -> &'static str {
         USER_OFFBOARD

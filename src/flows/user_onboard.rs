@@ -82,15 +82,6 @@ fn earlier<T: for<'de> Deserialize<'de>>(ctx: &StepCtx, step: &str) -> Result<T,
     serde_json::from_value(v).map_err(|e| Transition::Fail(format!("output of step {step} unreadable: {e}")))
 }
 
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(t) => return t,
-        }
-    };
-}
-
 impl Flow for UserOnboard {
     fn kind(&self) -> &'static str {
         USER_ONBOARD
