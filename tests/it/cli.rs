@@ -2,7 +2,8 @@
 
 use std::process::{Command, Output};
 
-fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// Runs the binary with only PATH and `env` in its environment.
+pub fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_onramp"));
     c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
     for (k, v) in env {

@@ -1,16 +1,7 @@
 //! The intake's settings on the command line: listed in --help with environment and default;
 //! mistakes are one clear message.
 
-use std::process::{Command, Output};
-
-fn onramp(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_onramp"));
-    c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
+use crate::cli::onramp;
 
 #[test]
 fn serve_help_lists_the_intake_settings_with_defaults() {
