@@ -131,3 +131,39 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> 
     }
     Ok(if report.ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
 }
+
+/// `onramp plan <flow> --tenant T [--user U]`: the plan, for people or as JSON.
+pub async fn plan(args: crate::cli::PlanArgs) -> anyhow::Result<()> {
+    use crate::dryrun::{plan, sim::DryConfig};
+    use crate::names::{SlurmAccount, TenantName, Username};
+    let a = &args.intake;
+    let (tenants, authentik) = if a.authentik_url.is_some() {
+        let setup = crate::intake::setup::IntakeSetup::from_args(a, false)?
+            .ok_or_else(|| anyhow::anyhow!("the plan needs the tenant registry (ONRAMP_TENANTS)"))?;
+        (setup.tenants.clone(), Some(setup.reconciler.authentik.clone()))
+    } else {
+        let path = a.tenants.as_ref().ok_or_else(|| anyhow::anyhow!("the plan needs --tenants (ONRAMP_TENANTS)"))?;
+        (std::sync::Arc::new(crate::tenants::TenantRegistry::load(path)?), None)
+    };
+    let req = plan::PlanRequest {
+        flow: args.flow.clone(),
+        tenant: TenantName::parse(&args.tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?,
+        user: args.user.as_deref().map(Username::parse).transpose().map_err(|e| anyhow::anyhow!("--user: {e}"))?,
+        account: args
+            .account
+            .as_deref()
+            .map(SlurmAccount::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--account: {e}"))?,
+        hard_cutoff: args.hard_cutoff,
+    };
+    let cfg = DryConfig::from_args(&args.slurm, &args.k8s, &args.storage, &args.flows, &args.notify)?;
+    let p = plan::plan(&req, &cfg, tenants, authentik).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        print!("{}", p.text());
+    }
+    anyhow::ensure!(p.stopped.is_none(), "the plan stops before the flow's end: {}", p.stopped.unwrap_or_default());
+    Ok(())
+}

@@ -57,6 +57,44 @@ pub enum Command {
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
     Doctor(DoctorArgs),
+    /// Print every command and API request a flow would make, in order, with its waits, without
+    /// doing anything (the flow's own steps, run against a simulation).
+    Plan(Box<PlanArgs>),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct PlanArgs {
+    /// user.onboard, user.offboard, tenant.onboard or tenant.offboard.
+    pub flow: String,
+    /// The tenant (from the tenant registry).
+    #[arg(long)]
+    pub tenant: String,
+    /// The user, for the user flows.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The user's team account [default: where their Authentik groups place them, else the
+    /// tenant's account].
+    #[arg(long)]
+    pub account: Option<String>,
+    /// Plan an offboarding that cancels running jobs at once.
+    #[arg(long)]
+    pub hard_cutoff: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The tenant registry and, when set, Authentik (read only, for the user's groups and key).
+    #[command(flatten)]
+    pub intake: IntakeArgs,
+    #[command(flatten, next_help_heading = "Kubernetes")]
+    pub k8s: crate::k8s::K8sArgs,
+    #[command(flatten, next_help_heading = "Storage")]
+    pub storage: crate::storage::StorageArgs,
+    #[command(flatten, next_help_heading = "Notifications")]
+    pub notify: crate::notify::NotifyArgs,
+    #[command(flatten, next_help_heading = "Slurm")]
+    pub slurm: SlurmArgs,
+    #[command(flatten, next_help_heading = "Flows")]
+    pub flows: crate::flows::settings::FlowArgs,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod dev;
 pub mod devpg;
+pub mod dryrun;
 pub mod engine;
 pub mod exec;
 pub mod flows;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Reconcile(a) => admin::reconcile(a).await,
             Command::Tenant(a) => flows::tenant::enqueue_cli(a).await,
             Command::Doctor(a) => return admin::doctor(a).await,
+            Command::Plan(a) => admin::plan(*a).await,
         };
         done.map(|()| ExitCode::SUCCESS)
     });

@@ -3,6 +3,8 @@
 //! transport errors honouring `Retry-After`, and typed errors: not found is an answer, not a
 //! failure to retry.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -129,6 +131,34 @@ struct Pagination {
     /// The next page's number, 0 on the last page.
     #[serde(default)]
     next: u64,
+}
+
+pub type AuthentikFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, AuthentikError>> + Send + 'a>>;
+
+/// The Authentik calls the reconciler and the flows make, as one trait, so that a plan or a dry
+/// run can stand in for the real API. [`AuthentikClient`] is the one real implementation.
+pub trait Authentik: Send + Sync {
+    fn user(&self, pk: i64) -> AuthentikFuture<'_, User>;
+    fn user_by_username<'a>(&'a self, username: &'a str) -> AuthentikFuture<'a, User>;
+    /// Active members of a group, every page; a group that does not exist is an error.
+    fn active_members<'a>(&'a self, group: &'a str) -> AuthentikFuture<'a, Vec<User>>;
+    /// `PATCH is_active=false`: login blocked, record kept.
+    fn deactivate(&self, pk: i64) -> AuthentikFuture<'_, User>;
+}
+
+impl Authentik for AuthentikClient {
+    fn user(&self, pk: i64) -> AuthentikFuture<'_, User> {
+        Box::pin(AuthentikClient::user(self, pk))
+    }
+    fn user_by_username<'a>(&'a self, username: &'a str) -> AuthentikFuture<'a, User> {
+        Box::pin(AuthentikClient::user_by_username(self, username))
+    }
+    fn active_members<'a>(&'a self, group: &'a str) -> AuthentikFuture<'a, Vec<User>> {
+        Box::pin(AuthentikClient::active_members(self, group))
+    }
+    fn deactivate(&self, pk: i64) -> AuthentikFuture<'_, User> {
+        Box::pin(AuthentikClient::deactivate(self, pk))
+    }
 }
 
 #[derive(Clone)]

@@ -11,6 +11,7 @@ mod flow;
 mod model;
 mod ops;
 mod policy;
+pub mod simulate;
 mod store;
 mod worker;
 

@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::authentik::{AuthentikClient, AuthentikError};
+use crate::authentik::{Authentik, AuthentikError};
 use crate::engine::{Engine, Transition};
 use crate::k8s::login::{LoginError, LoginPod};
 use crate::k8s::{K8sArgs, K8sError, Kubernetes};
@@ -60,7 +60,7 @@ pub struct Backends {
     pub storage: Arc<dyn Storage>,
     /// `None`: nobody is notified (recorded in the step's output).
     pub notifier: Option<Arc<dyn Notifier>>,
-    pub authentik: AuthentikClient,
+    pub authentik: Arc<dyn Authentik>,
     pub tenants: Arc<TenantRegistry>,
     pub timings: Timings,
     /// Where `sacctmgr archive dump` writes, on the Slurm host.
@@ -80,7 +80,7 @@ impl Backends {
         k8s_settings: K8sArgs,
         storage: Arc<dyn Storage>,
         notifier: Option<Arc<dyn Notifier>>,
-        authentik: AuthentikClient,
+        authentik: Arc<dyn Authentik>,
         tenants: Arc<TenantRegistry>,
         timings: Timings,
         archive_dir: HostPath,

@@ -84,7 +84,7 @@ impl IntakeSetup {
         if webhook && !auth.is_configured() {
             bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
         }
-        Ok(Some(Self::new(Reconciler::new(client, registry.clone(), cluster, brake), auth, a)))
+        Ok(Some(Self::new(Reconciler::new(Arc::new(client), registry.clone(), cluster, brake), auth, a)))
     }
 
     pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {

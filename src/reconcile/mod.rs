@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::authentik::AuthentikClient;
+use crate::authentik::Authentik;
 use crate::engine::{Actor, Engine, NewJob};
 use crate::intake::event::Target;
 use crate::tenants::TenantRegistry;
@@ -35,7 +35,7 @@ pub const USER_OFFBOARD: &str = "user.offboard";
 
 /// What the reconcile flows need. The engine is attached once it exists (it holds the flows).
 pub struct Reconciler {
-    pub authentik: AuthentikClient,
+    pub authentik: Arc<dyn Authentik>,
     pub tenants: Arc<TenantRegistry>,
     pub cluster: Arc<dyn AssociationSource>,
     pub brake: Brake,
@@ -44,7 +44,7 @@ pub struct Reconciler {
 
 impl Reconciler {
     pub fn new(
-        authentik: AuthentikClient,
+        authentik: Arc<dyn Authentik>,
         tenants: Arc<TenantRegistry>,
         cluster: Arc<dyn AssociationSource>,
         brake: Brake,

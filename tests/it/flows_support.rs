@@ -8,6 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use onramp::dryrun::EffectLog;
+use onramp::dryrun::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
+use onramp::dryrun::sim::DryConfig;
 use onramp::engine::{Engine, Registry, WorkerStats};
 use onramp::exec::{Command, Local, Transport};
 use onramp::flows::{Backends, Timings};
@@ -43,6 +46,11 @@ pub struct Harness {
     pub engine: Engine,
     pub backends: Arc<Backends>,
     pub ak: Fake,
+    pub ak_url: String,
+    /// Every call the flows' backends made.
+    pub log: EffectLog,
+    /// The same settings, for plans.
+    pub dry: DryConfig,
     pub k8s: FakeK8s,
     pub smtpd: Smtpd,
     pub root: tempfile::TempDir,
@@ -114,7 +122,13 @@ impl Harness {
             a.login_run_as = "runuser -u {user} --".into();
             a.smoke_gres = String::new();
         });
-        let kube: Arc<dyn Kubernetes> = Arc::new(client.clone());
+        // Every outermost call is recorded, as a plan records them (see `the_plan_is_…` tests).
+        let log = EffectLog::default();
+        let kube: Arc<dyn Kubernetes> = Arc::new(RecordingK8s {
+            inner: Arc::new(client.clone()),
+            settings: client.settings().clone(),
+            log: log.clone(),
+        });
         let slurm: Arc<dyn Slurm> =
             Arc::new(SlurmCli::new(kube.slurmctld(), ClusterName::parse("production").unwrap()));
 
@@ -134,13 +148,27 @@ impl Harness {
         let mut sa = StorageArgs::defaults();
         sa.storage_backend = Backend::Weka;
         sa.weka_bin = flaky.display().to_string();
-        let storage = Arc::new(CommandStorage::new(Arc::new(Local), sa).unwrap());
+        let storage = Arc::new(
+            CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Local), &log), sa.clone()).unwrap(),
+        );
 
         let smtpd = Smtpd::start().await;
         let mut na = NotifyArgs::defaults();
         na.smtp_url = Some(onramp::config::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
         na.mail_from = "onramp <onramp@cluster.example>".into();
-        let email: Arc<dyn Notifier> = Arc::new(Email::from_settings(&na).unwrap().unwrap());
+        let email: Arc<dyn Notifier> = Arc::new(RecordingNotifier {
+            inner: Arc::new(Email::from_settings(&na).unwrap().unwrap()),
+            log: log.clone(),
+        });
+        let dry = DryConfig {
+            cluster: ClusterName::parse("production").unwrap(),
+            k8s: client.settings().clone(),
+            storage: sa,
+            timings: timings.clone(),
+            archive_dir: HostPath::parse(&format!("{r}/archive")).unwrap(),
+            login_address: "login.example".into(),
+            notify: true,
+        };
 
         let backends = Backends::new(
             slurm,
@@ -148,7 +176,7 @@ impl Harness {
             client.settings().clone(),
             storage,
             Some(email),
-            intake_support::client(&ak_url),
+            Arc::new(RecordingAuthentik { inner: Arc::new(intake_support::client(&ak_url)), log: log.clone() }),
             registry.clone(),
             timings,
             HostPath::parse(&format!("{r}/archive")).unwrap(),
@@ -160,7 +188,7 @@ impl Harness {
 
         // The webhook, the reconciler (reading the real associations) and the flows.
         let reconciler = Reconciler::new(
-            intake_support::client(&ak_url),
+            Arc::new(intake_support::client(&ak_url)),
             registry.clone(),
             Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: Duration::from_secs(30) }),
             Brake::default(),
@@ -197,6 +225,9 @@ impl Harness {
             engine,
             backends,
             ak,
+            ak_url,
+            log,
+            dry,
             k8s,
             smtpd,
             root,

@@ -277,7 +277,8 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let (fake, ak_url) = fake_authentik().await;
     let cluster = FakeCluster::default();
     let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
-    let reconciler = Reconciler::new(client(&ak_url), tenants.clone(), Arc::new(cluster.clone()), Brake::default());
+    let reconciler =
+        Reconciler::new(Arc::new(client(&ak_url)), tenants.clone(), Arc::new(cluster.clone()), Brake::default());
     let setup = IntakeSetup {
         reconciler,
         tenants,

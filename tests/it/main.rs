@@ -7,6 +7,7 @@ mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
 mod fake_k8s;
+mod flows_plan;
 mod flows_support;
 mod flows_tenant;
 mod flows_user;

@@ -1,0 +1,212 @@
+//! `onramp plan` and `GET /v1/plans/…`: what a flow would do, in order, with its waits, by
+//! running the flow's real steps against the simulation with every call recorded. Nothing
+//! outside this process is changed; reads of the real Authentik happen only when it is given.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::sim::{self, DryConfig, SimAuthentik, World};
+use super::{Effect, EffectLog};
+use crate::authentik::Authentik;
+use crate::engine::{Flow, Registry, Transition, simulate::simulate};
+use crate::flows::{specs, tenant};
+use crate::names::{SlurmAccount, TenantName, Username};
+use crate::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use crate::slurm::{Slurm, SlurmCli};
+use crate::tenants::TenantRegistry;
+
+/// The flows a plan can be made of.
+pub const FLOWS: [&str; 4] = [USER_ONBOARD, USER_OFFBOARD, tenant::TENANT_ONBOARD, tenant::TENANT_OFFBOARD];
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    pub flow: String,
+    pub tenant: TenantName,
+    pub user: Option<Username>,
+    /// The user's team account; by default the account their Authentik groups place them in,
+    /// else the tenant's own account.
+    pub account: Option<SlurmAccount>,
+    pub hard_cutoff: bool,
+}
+
+/// One run of one step: the calls it made and what it decided.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanStep {
+    pub step: &'static str,
+    pub effects: Vec<Effect>,
+    /// `done`, `wait 60s`, `poll every 10s for up to 15m`, `needs approval: …`, `retry: …`, `fail: …`.
+    pub then: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub flow: String,
+    pub input: Value,
+    /// What the simulation took to be true before the flow starts.
+    pub assumptions: Vec<String>,
+    pub steps: Vec<PlanStep>,
+    /// Why the simulated run stopped before the last step (a step failed), if it did.
+    pub stopped: Option<String>,
+}
+
+/// A request a plan cannot be made for (the caller's mistake).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
+fn human(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn then(t: &Transition) -> String {
+    match t {
+        Transition::Done(_) => "done".into(),
+        Transition::Wait(d) => format!("wait {} (durable timer), then run the step again", human(*d)),
+        Transition::Poll { every, for_at_most } => {
+            format!("poll every {} for up to {}", human(*every), human(*for_at_most))
+        }
+        Transition::NeedsApproval(why) => format!("needs approval: {why}"),
+        Transition::Retry(why) => format!("retry: {why}"),
+        Transition::Fail(why) => format!("fail: {why}"),
+    }
+}
+
+/// Makes the plan.
+pub async fn plan(
+    req: &PlanRequest,
+    cfg: &DryConfig,
+    tenants: Arc<TenantRegistry>,
+    authentik: Option<Arc<dyn Authentik>>,
+) -> Result<Plan, PlanError> {
+    if !FLOWS.contains(&req.flow.as_str()) {
+        return Err(PlanError(format!("no plan for flow {:?}: one of {}", req.flow, FLOWS.join(", "))));
+    }
+    let t = tenants
+        .tenant(req.tenant.as_str())
+        .ok_or_else(|| PlanError(format!("tenant {} is not in the tenant registry", req.tenant)))?
+        .clone();
+    let user_flow = req.flow.starts_with("user.");
+    if user_flow != req.user.is_some() {
+        return Err(PlanError(if user_flow {
+            format!("{} needs a user", req.flow)
+        } else {
+            format!("{} takes no user", req.flow)
+        }));
+    }
+    let mut assumptions = vec![];
+    let real = authentik.is_some();
+    let directory = match &req.user {
+        Some(u) if !real => {
+            assumptions.push(format!(
+                "Authentik is not consulted: {u} is taken to be active, in {}, with an SSH key",
+                t.group
+            ));
+            let mut groups = vec![t.group.as_str()];
+            if let Some(team) = t.teams.iter().find(|m| Some(&m.account) == req.account.as_ref()) {
+                groups.push(team.group.as_str());
+            }
+            vec![sim::directory_user(10_000, u.as_str(), &groups)]
+        }
+        _ => vec![],
+    };
+    if real {
+        assumptions.push("users and groups are read from Authentik (GET only; nothing is changed there)".into());
+    }
+    let ak: Arc<dyn Authentik> = Arc::new(SimAuthentik::new(authentik, directory));
+    let account = match (&req.account, &req.user) {
+        (Some(a), _) => {
+            if !t.accounts().contains(a) {
+                return Err(PlanError(format!("account {a} is not one of tenant {}'s accounts", t.name)));
+            }
+            a.clone()
+        }
+        (None, Some(u)) => match ak.user_by_username(u.as_str()).await {
+            Ok(found) => t.placement(&found.group_names()).pop().unwrap_or_else(|| t.account.clone()),
+            Err(_) => t.account.clone(),
+        },
+        (None, None) => t.account.clone(),
+    };
+
+    // The world before the flow: what the flow's own preconditions say must exist.
+    let world = World::new(&cfg.cluster, cfg.k8s.clone());
+    let seed = SlurmCli::new(world.slurm_host(), cfg.cluster.clone());
+    let spec = specs::tenant_spec(&t).map_err(PlanError)?;
+    if req.flow != tenant::TENANT_ONBOARD {
+        seed.ensure_tenant(&spec).await.map_err(|e| PlanError(format!("simulation: {e}")))?;
+        assumptions.push(format!("tenant {} is onboarded: its accounts exist with the registry's limits", t.name));
+    } else {
+        assumptions.push(format!("none of tenant {}'s accounts exist yet", t.name));
+    }
+    if let (Some(u), true) = (&req.user, req.flow == USER_OFFBOARD) {
+        let limits = specs::user_limits(&t).map_err(PlanError)?;
+        seed.add_users(&account, std::slice::from_ref(u), true, &limits)
+            .await
+            .map_err(|e| PlanError(format!("simulation: {e}")))?;
+        assumptions.push(format!("{u} has an association with {account}"));
+    }
+    if req.flow.ends_with("offboard") {
+        assumptions.push("no job is pending or running (a real drain may wait for them)".into());
+    }
+    if req.flow == USER_ONBOARD {
+        assumptions.push("the Authentik→Secret key sync and the login pod's key projection work at once".into());
+    }
+
+    let log = EffectLog::default();
+    let backends = sim::backends(cfg, &world, ak, tenants.clone(), &log).map_err(PlanError)?;
+    let registry = crate::flows::with_backends(Registry::new(), backends);
+    let flow = registry.get(&req.flow).expect("every planned flow is registered").clone();
+    let input = match &req.user {
+        Some(u) => json!({ "tenant": t.name, "account": account, "username": u, "hard_cutoff": req.hard_cutoff }),
+        None => json!({ "tenant": t.name, "hard_cutoff": req.hard_cutoff }),
+    };
+    let subject = match &req.user {
+        Some(u) => format!("{}/{u}", t.name),
+        None => format!("{}/tenant", t.name),
+    };
+    let mut steps = vec![];
+    let mut mark = 0;
+    let result = simulate(&*flow as &dyn Flow, &subject, input.clone(), |_, step, t| {
+        let effects = log.since(mark);
+        mark += effects.len();
+        steps.push(PlanStep { step, effects, then: then(t) });
+    })
+    .await;
+    Ok(Plan { flow: req.flow.clone(), input, assumptions, steps, stopped: result.err() })
+}
+
+impl Plan {
+    /// Every change, in order.
+    pub fn writes(&self) -> Vec<Effect> {
+        self.steps.iter().flat_map(|s| s.effects.iter().filter(|e| e.write).cloned()).collect()
+    }
+
+    /// For people: numbered steps with their calls (reads marked) and what follows.
+    pub fn text(&self) -> String {
+        let mut out = format!("plan of {} {}\n", self.flow, self.input);
+        for a in &self.assumptions {
+            out.push_str(&format!("  assumes: {a}\n"));
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            out.push_str(&format!("\n{:>2}. {}\n", i + 1, s.step));
+            for e in &s.effects {
+                out.push_str(&format!("      {} {:<14} {}\n", if e.write { "+" } else { " " }, e.system, e.call));
+            }
+            out.push_str(&format!("      → {}\n", s.then));
+        }
+        if let Some(why) = &self.stopped {
+            out.push_str(&format!("\nthe plan stops: {why}\n"));
+        }
+        out.push_str("\n(+ = a change; the other lines are reads)\n");
+        out
+    }
+}

@@ -1,0 +1,109 @@
+//! Plans equal the effects the flows really produce: the plan of a flow (its steps run against
+//! the simulation) and a real run of the same flow (against the real Slurm, the fake Kubernetes
+//! API, the fake storage CLI, SMTP and the fake Authentik) make the same changes, in the same
+//! order, as recorded by the same recorders.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onramp::dryrun::Effect;
+use onramp::dryrun::plan::{Plan, PlanRequest, plan};
+use onramp::engine::{Actor, NewJob};
+use onramp::names::{SlurmAccount, TenantName, Username};
+use onramp::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use serde_json::json;
+
+use crate::common::wait_state;
+use crate::flows_support::{CAROL, Harness, PK, UNIX_USER, short};
+use crate::intake_support;
+
+async fn plan_of(h: &Harness, flow: &str, user: bool) -> Plan {
+    let req = PlanRequest {
+        flow: flow.into(),
+        tenant: TenantName::parse(&h.tenant).unwrap(),
+        user: user.then(|| Username::parse(UNIX_USER).unwrap()),
+        account: user.then(|| SlurmAccount::parse(&h.team).unwrap()),
+        hard_cutoff: false,
+    };
+    let ak = Arc::new(intake_support::client(&h.ak_url));
+    let p = plan(&req, &h.dry, h.backends.tenants.clone(), Some(ak)).await.unwrap();
+    assert_eq!(p.stopped, None, "{}", p.text());
+    p
+}
+
+/// Runs the job to success; returns the changes it made.
+async fn real_run(h: &Harness, job: NewJob) -> Vec<Effect> {
+    let mark = h.log.len();
+    let id = h.engine.enqueue(&[job]).await.unwrap()[0].id;
+    wait_state(&h.engine, id, "succeeded", Duration::from_secs(90)).await;
+    h.log.since(mark).into_iter().filter(|e| e.write).collect()
+}
+
+fn job(h: &Harness, kind: &str) -> NewJob {
+    let input = json!({ "tenant": h.tenant, "account": h.team, "username": UNIX_USER, "pk": PK });
+    NewJob::new(kind, &format!("{}/{UNIX_USER}", h.tenant), input, Actor::cli("test"))
+}
+
+fn calls(effects: &[Effect]) -> Vec<String> {
+    effects.iter().map(|e| format!("{} {}", e.system, e.call)).collect()
+}
+
+#[tokio::test]
+async fn the_plan_of_a_user_onboarding_is_what_the_real_run_does() {
+    let _one = CAROL.lock().await;
+    let h = Harness::start(short()).await;
+    h.ensure_tenant_accounts().await;
+    h.add_carol(true);
+    h.sync_key();
+
+    let p = plan_of(&h, USER_ONBOARD, true).await;
+    let real = real_run(&h, job(&h, USER_ONBOARD)).await;
+    assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
+    // not trivially equal: the association, the quota, $HOME and the e-mail are all there
+    let text = calls(&real).join("\n");
+    for want in ["sacctmgr -i add user onramp-carol", "quota set", "mv -T", "notify send"] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_plan_of_a_user_offboarding_is_what_the_real_run_does() {
+    let _one = CAROL.lock().await;
+    let h = Harness::start(short()).await;
+    h.ensure_tenant_accounts().await;
+    h.add_carol(true);
+    h.sync_key();
+    h.run_to_success(job(&h, USER_ONBOARD)).await;
+    h.set_member(false, true);
+
+    let p = plan_of(&h, USER_OFFBOARD, true).await;
+    let real = real_run(&h, job(&h, USER_OFFBOARD)).await;
+    assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
+    let text = calls(&real).join("\n");
+    for want in ["MaxJobs=0", "PATCH /api/v3/core/users/3/", "snapshot create", "archive dump", "delete user"] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_plans_of_a_tenant_onboarding_and_offboarding_are_what_the_real_runs_do() {
+    use onramp::flows::tenant::{TENANT_OFFBOARD, TENANT_ONBOARD};
+    let _one = CAROL.lock().await;
+    let h = Harness::start(short()).await;
+
+    let p = plan_of(&h, TENANT_ONBOARD, false).await;
+    let real = real_run(&h, onramp::flows::tenant::job(TENANT_ONBOARD, &h.tenant, Actor::cli("test"))).await;
+    assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
+    let text = calls(&real).join("\n");
+    for want in ["add account", "networkpolicies", "quota set /tenant/"] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+
+    let p = plan_of(&h, TENANT_OFFBOARD, false).await;
+    let real = real_run(&h, onramp::flows::tenant::job(TENANT_OFFBOARD, &h.tenant, Actor::cli("test"))).await;
+    assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
+    let text = calls(&real).join("\n");
+    for want in ["GrpJobs=0", "DELETE /apis/slurm.nebius.ai", "snapshot create", "archive dump", "delete account"] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
