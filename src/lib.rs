@@ -31,7 +31,12 @@ use cli::{Cli, Command};
 
 /// Runs a parsed command line; errors are printed as one line.
 pub fn run(cli: Cli) -> ExitCode {
-    if let Err(e) = telemetry::init(&cli.log, cli.log_format) {
+    // A plan prints the plan; the simulation's own log (its "writes") would only confuse.
+    let log = match (&cli.command, cli.log.as_str()) {
+        (Command::Plan(_), "info") => "warn",
+        (_, l) => l,
+    };
+    if let Err(e) = telemetry::init(log, cli.log_format) {
         eprintln!("onramp: {e}");
         return ExitCode::from(2);
     }

@@ -107,13 +107,21 @@ pub async fn plan(
     let real = authentik.is_some();
     let directory = match &req.user {
         Some(u) if !real => {
-            assumptions.push(format!(
-                "Authentik is not consulted: {u} is taken to be active, in {}, with an SSH key",
-                t.group
-            ));
-            let mut groups = vec![t.group.as_str()];
-            if let Some(team) = t.teams.iter().find(|m| Some(&m.account) == req.account.as_ref()) {
-                groups.push(team.group.as_str());
+            let mut groups = vec![];
+            if req.flow == USER_ONBOARD {
+                groups.push(t.group.as_str());
+                if let Some(team) = t.teams.iter().find(|m| Some(&m.account) == req.account.as_ref()) {
+                    groups.push(team.group.as_str());
+                }
+                assumptions.push(format!(
+                    "Authentik is not consulted: {u} is taken to be active, in {}, with an SSH key",
+                    t.group
+                ));
+            } else {
+                assumptions.push(format!(
+                    "Authentik is not consulted: {u} is taken to be active and no longer in {}",
+                    t.group
+                ));
             }
             vec![sim::directory_user(10_000, u.as_str(), &groups)]
         }
@@ -130,10 +138,12 @@ pub async fn plan(
             }
             a.clone()
         }
-        (None, Some(u)) => match ak.user_by_username(u.as_str()).await {
-            Ok(found) => t.placement(&found.group_names()).pop().unwrap_or_else(|| t.account.clone()),
-            Err(_) => t.account.clone(),
-        },
+        (None, Some(u)) => {
+            // where their groups place them; else where a plain member of the tenant goes
+            let groups = ak.user_by_username(u.as_str()).await.map(|f| f.group_names()).unwrap_or_default();
+            let by_groups = t.placement(&groups).pop();
+            by_groups.or_else(|| t.placement(std::slice::from_ref(&t.group)).pop()).unwrap_or_else(|| t.account.clone())
+        }
         (None, None) => t.account.clone(),
     };
 

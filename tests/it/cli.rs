@@ -84,3 +84,46 @@ fn a_database_that_does_not_answer_is_one_line_without_the_password() {
     assert!(line.starts_with("onramp: cannot connect to PostgreSQL at onramp@127.0.0.1:1/onramp"), "{line}");
     assert!(!line.contains("hunter2"));
 }
+
+const TENANTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
+
+#[test]
+fn plan_prints_a_flows_commands_in_order_and_changes_nothing() {
+    let o = onramp(&["plan", "user.onboard", "--tenant", "foo", "--user", "alice", "--tenants", TENANTS], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "the plan logs nothing: {}", String::from_utf8_lossy(&o.stderr));
+    // the runbook's order: association after the propagation wait, then quota, $HOME, smoke test
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from\n{out}"));
+    assert!(at("wait 1m (durable timer)") < at("+ slurm          sacctmgr -i add user alice Account="));
+    assert!(at("sacctmgr -i add user alice") < at("+ storage        weka fs quota set /home/alice"));
+    assert!(at("quota set /home/alice") < at("+ login/foo      mv -T -- /home/.onramp-new-alice /home/alice"));
+    assert!(at("mv -T") < at("sudo -u alice -i sbatch --test-only"));
+
+    let o = onramp(
+        &["plan", "user.offboard", "--tenant", "foo", "--user", "alice", "--tenants", TENANTS, "--json"],
+        &[("ONRAMP_RETENTION", "30d")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let steps: Vec<&str> = p["steps"].as_array().unwrap().iter().map(|s| s["step"].as_str().unwrap()).collect();
+    let first = |s: &str| steps.iter().position(|x| *x == s).unwrap_or_else(|| panic!("{s} missing: {steps:?}"));
+    assert!(first("block") < first("cancel_pending") && first("drain") < first("retention"));
+    assert!(first("snapshot_home") < first("delete") && first("archive") < first("delete"));
+    let retention = &p["steps"][first("retention")]["then"];
+    assert_eq!(retention, "wait 30d (durable timer), then run the step again");
+
+    for (args, says) in [
+        (vec!["plan", "user.dance", "--tenant", "foo", "--user", "alice"], "no plan for flow \"user.dance\""),
+        (vec!["plan", "user.onboard", "--tenant", "foo"], "user.onboard needs a user"),
+        (vec!["plan", "tenant.onboard", "--tenant", "nope"], "tenant nope is not in the tenant registry"),
+        (vec!["plan", "user.onboard", "--tenant", "foo", "--user", "Bad;Name"], "--user:"),
+    ] {
+        let mut args = args.clone();
+        args.extend(["--tenants", TENANTS]);
+        let o = onramp(&args, &[]);
+        assert!(!o.status.success());
+        let line = stderr_line(&o);
+        assert!(line.contains(says), "{args:?}: {line}");
+    }
+}
