@@ -105,6 +105,10 @@ pub struct SlurmArgs {
     /// How long one Slurm command may take.
     #[arg(long, env = "ONRAMP_SLURM_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub slurm_timeout: Duration,
+    /// How long the first of several concurrent association creations for one account waits
+    /// for the others, to add them all in one `sacctmgr add user a,b,c`.
+    #[arg(long, env = "ONRAMP_SLURM_BATCH_WINDOW", default_value = "250ms", value_parser = parse_duration)]
+    pub slurm_batch_window: Duration,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -9,8 +9,20 @@ use anyhow::Context;
 use crate::cli::DevArgs;
 use crate::config::Secret;
 use crate::devpg::PrivatePg;
+use std::sync::Arc;
+
+use crate::authentik::Authentik;
+use crate::dryrun::EffectLog;
+use crate::dryrun::record::{RecordingAuthentik, RecordingTransport};
+use crate::dryrun::sim::{self, DryConfig, SimAuthentik, World};
 use crate::engine::{Actor, Engine, NewJob};
 use crate::flows::{self, selftest};
+use crate::intake::setup::IntakeSetup;
+use crate::intake::{SigningSecret, WebhookAuth};
+use crate::names::ClusterName;
+use crate::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use crate::slurm::{HostPath, Slurm, SlurmCli};
+use crate::tenants::TenantRegistry;
 use crate::{db, serve};
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
@@ -27,10 +39,130 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     result
 }
 
+/// The demo tenant of `onramp dev`.
+const DEV_TENANTS: &str = "uid_offset: 4000\ngid_offset: 4000\ntenants:\n  - name: demo\n    description: Demo tenant\n    \
+group: tenant-demo-users\n    account: tenant-demo\n    limits: { fairshare: 100, grp_tres: gres/gpu=16, grp_jobs: 50 }\n    \
+user_defaults: { default_qos: normal, qos: [normal], max_jobs: 10 }\n    \
+quotas:\n      home: { path: /home, soft: 45GB, hard: 50GB }\n      scratch: { path: /tenant/demo/scratch, soft: 9TB, hard: 10TB }\n    \
+default_team: ml-team-demo\n    teams:\n      - { account: ml-team-demo, group: tenant-demo-ml }\n";
+
+/// The signing secret of the dev webhook (the intake is real; only this key is made up).
+const DEV_WHSEC: &str = "whsec_b25yYW1wLWRldi1zaWduaW5nLWtleQ==";
+
+/// The runbook's waits, short enough to watch.
+fn dev_timings() -> flows::Timings {
+    let s = std::time::Duration::from_secs;
+    flows::Timings {
+        key_poll: s(2),
+        key_deadline: s(60),
+        propagation: s(10),
+        restart_wait: s(10),
+        drain_poll: s(5),
+        drain_deadline: s(60),
+        retention: s(120),
+        retry_initial: s(1),
+    }
+}
+
+/// The real intake, reconciler and flows on the simulated cluster (see `crate::dryrun`): a
+/// demo tenant whose accounts exist, Authentik with alice and bob in its group, and dave, who
+/// left it but still has an association. Every simulated call is printed.
+async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, IntakeSetup)> {
+    let tenants = Arc::new(TenantRegistry::parse(DEV_TENANTS, "onramp dev")?);
+    let demo = tenants.tenant("demo").expect("the demo tenant");
+    let cluster = ClusterName::parse("dev").expect("a cluster name");
+    let cfg = DryConfig {
+        cluster: cluster.clone(),
+        k8s: crate::k8s::K8sArgs::defaults(),
+        storage: crate::storage::StorageArgs::defaults(),
+        timings: dev_timings(),
+        archive_dir: HostPath::parse("/var/spool/slurm/archive").expect("a path"),
+        login_address: "login.demo.example".into(),
+        notify: true,
+        batch_window: std::time::Duration::from_millis(500),
+    };
+    let world = World::new(&cluster, cfg.k8s.clone());
+    let seed = SlurmCli::new(world.slurm_host(), cluster);
+    seed.ensure_tenant(&flows::specs::tenant_spec(demo).map_err(anyhow::Error::msg)?).await?;
+    let dave = [crate::names::Username::parse("dave").expect("a name")];
+    let limits = flows::specs::user_limits(demo).map_err(anyhow::Error::msg)?;
+    seed.add_users(&demo.account, &dave, true, &limits).await?;
+    let users = vec![
+        sim::directory_user(1, "alice", &["tenant-demo-users", "tenant-demo-ml"]),
+        sim::directory_user(2, "bob", &["tenant-demo-users"]),
+        sim::directory_user(4, "dave", &[]),
+    ];
+    let authentik: Arc<dyn Authentik> = Arc::new(SimAuthentik::new(None, users));
+    let backends = sim::backends(&cfg, &world, authentik.clone(), tenants.clone(), log).map_err(anyhow::Error::msg)?;
+    let reconciler = Reconciler::new(
+        Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
+        tenants.clone(),
+        Arc::new(SacctmgrAssociations {
+            transport: RecordingTransport::wrap("slurm", world.slurm_host(), log),
+            timeout: std::time::Duration::from_secs(10),
+        }),
+        Brake::default(),
+    );
+    let setup = IntakeSetup {
+        reconciler,
+        tenants,
+        auth: WebhookAuth {
+            signing_secrets: vec![DEV_WHSEC.parse().map_err(anyhow::Error::msg)?],
+            bearer_tokens: vec![],
+            tolerance: std::time::Duration::from_secs(300),
+        },
+        settle: std::time::Duration::from_secs(1),
+        max_body: 1 << 20,
+        writers: 1,
+        batch: 64,
+        reconcile_interval: std::time::Duration::from_secs(3600),
+    };
+    Ok((backends, setup))
+}
+
+/// Prints each simulated call as it happens.
+async fn print_effects(log: EffectLog) {
+    let mut seen = 0;
+    loop {
+        for e in log.since(seen) {
+            seen += 1;
+            println!("[dry-run] {} {:<14} {}", if e.write { "+" } else { " " }, e.system, e.call);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// "alice was updated in Authentik", signed, to our own webhook: the real intake stores it and
+/// re-reads alice from (the simulated) Authentik.
+async fn sample_webhook(addr: std::net::SocketAddr) -> anyhow::Result<u16> {
+    let model = json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "alice"});
+    let body = json!({ "event_uuid": uuid::Uuid::new_v4().simple().to_string(), "action": "model_updated",
+        "app": "authentik.events.models", "model": model, "actor": { "pk": 1, "username": "akadmin" },
+        "context": { "model": model }, "created": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339)? });
+    let raw = serde_json::to_vec(&body)?;
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+    let key: SigningSecret = DEV_WHSEC.parse().map_err(anyhow::Error::msg)?;
+    let res = reqwest::Client::new()
+        .post(format!("http://{addr}/webhooks/authentik"))
+        .header("content-type", "application/json")
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", key.sign(&id, ts, &raw))
+        .body(raw)
+        .send()
+        .await?;
+    Ok(res.status().as_u16())
+}
+
 async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Result<()> {
     let pool = db::connect(url, 16).await?;
     db::migrate(&pool).await?;
-    let engine = Engine::new(pool, flows::registry());
+    let log = EffectLog::default();
+    let (backends, setup) = dry_cluster(&log).await?;
+    let registry = setup.registry(flows::with_backends(flows::registry(), backends.clone()));
+    let engine = Engine::new(pool, registry);
+    backends.attach(&engine);
     let samples = enqueue_samples(&engine).await?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -45,25 +177,36 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
     };
     println!(
         "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  database:  {db_line}\n  API token: {t}\n\n\
-         Sample jobs {samples:?} are running now (one waits on a timer, one retries, one needs approval). Try:\n\
+         The cluster is simulated (a dry run: every command and request is printed with [dry-run], nothing runs).\n\
+         Tenant demo exists; in Authentik alice and bob are in its group, dave left it. The full reconcile at start\n\
+         onboards alice and bob and offboards dave (his hard cutoff is not needed; his retention is 2 minutes); a\n\
+         signed webhook about alice goes through the real intake. Engine samples {samples:?} show a timer, retries\n\
+         and an approval. Try:\n\
          \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs\
          \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}\
          \n  curl -s -X POST -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}/approve\n\nCtrl-C stops everything.\n",
         t = token.expose(),
         last = samples.last().copied().unwrap_or(1),
     );
+    tokio::spawn(print_effects(log));
+    tokio::spawn(async move {
+        match sample_webhook(addr).await {
+            Ok(status) => println!("[dev] sample webhook (alice updated) answered {status}"),
+            Err(e) => eprintln!("[dev] sample webhook failed: {e:#}"),
+        }
+    });
     let worker = serve::worker_config(&args.worker);
-    serve::run(engine, Some(listener), Some(worker), None, serve::shutdown_on_signal()).await
+    serve::run(engine, Some(listener), Some(worker), Some(setup), serve::shutdown_on_signal()).await
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.
 async fn enqueue_samples(engine: &Engine) -> anyhow::Result<Vec<i64>> {
     let actor = Actor::cli("dev");
     let jobs: Vec<NewJob> = [
-        ("tenant-demo/alice", json!({ "sleep_ms": 1500 })),
-        ("tenant-demo/bob", json!({ "wait_ms": 20000 })),
-        ("tenant-demo/carol", json!({ "fail_attempts": 2 })),
-        ("tenant-demo/dave", json!({ "approval": true })),
+        ("selftest/sleep", json!({ "sleep_ms": 1500 })),
+        ("selftest/timer", json!({ "wait_ms": 20000 })),
+        ("selftest/retries", json!({ "fail_attempts": 2 })),
+        ("selftest/approval", json!({ "approval": true })),
     ]
     .into_iter()
     .map(|(subject, input)| {

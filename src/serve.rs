@@ -84,6 +84,7 @@ async fn backends(args: &ServeArgs, setup: &IntakeSetup, pool: &sqlx::PgPool) ->
             },
         };
     let archive = crate::slurm::HostPath::parse(&args.flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?;
+    let slurm = crate::slurm::Batching::new(Arc::new(slurm), args.slurm.slurm_batch_window);
     Ok(flows::Backends::new(
         Arc::new(slurm),
         kube,

@@ -160,7 +160,7 @@ impl SlurmSim {
     }
 
     fn show(&self, args: &[String]) -> Output {
-        let args: Vec<String> = args.iter().filter(|a| *a != "-n" && *a != "-P" && *a != "show").cloned().collect();
+        let args: Vec<String> = args.iter().filter(|a| !a.starts_with('-') && *a != "show").cloned().collect();
         let (cond, _) = clauses(&args[1..]);
         let format = cond.get("format").cloned().unwrap_or_default();
         let mut rows = vec![];
@@ -181,21 +181,30 @@ impl SlurmSim {
                     }
                 }
             }
-            Some("assoc" | "association") => {
-                let only = cond.contains_key("account").then(|| list(cond.get("account")));
+            Some("assoc" | "association" | "associations") => {
+                let accounts = cond.get("account").or_else(|| cond.get("accounts"));
+                let only = accounts.is_some().then(|| list(accounts));
+                let mut found: Vec<(&str, &str, &Assoc)> = vec![];
                 for (n, a) in &self.accounts {
                     if !cond.contains_key("user") && only.as_ref().is_none_or(|o| o.contains(n)) {
-                        rows.push(a.assoc.row(&self.cluster, n, ""));
+                        found.push((n, "", &a.assoc));
                     }
                 }
                 for (n, u) in &self.users {
-                    if cond.get("user").is_none_or(|x| x == n) {
-                        rows.extend(self.user_rows(n, u, only.as_deref()));
+                    for (a, assoc) in &u.assocs {
+                        if cond.get("user").is_none_or(|x| x == n) && only.as_ref().is_none_or(|o| o.contains(a)) {
+                            found.push((a, n, assoc));
+                        }
                     }
                 }
-                if format == "account" {
-                    rows = rows.iter().map(|r| r.split('|').nth(1).unwrap_or_default().to_string()).collect();
-                }
+                rows = found
+                    .into_iter()
+                    .map(|(a, u, assoc)| match format.to_ascii_lowercase().as_str() {
+                        "account" => a.to_string(),
+                        "account,user" => format!("{a}|{u}"),
+                        _ => assoc.row(&self.cluster, a, u),
+                    })
+                    .collect();
             }
             _ => return Output { code: 1, stdout: String::new(), stderr: "sacctmgr: unknown entity\n".into() },
         }

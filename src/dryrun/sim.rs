@@ -331,6 +331,8 @@ pub struct DryConfig {
     pub login_address: String,
     /// Whether a notification channel is configured (the plan then shows the message).
     pub notify: bool,
+    /// See `ONRAMP_SLURM_BATCH_WINDOW`.
+    pub batch_window: Duration,
 }
 
 impl DryConfig {
@@ -351,6 +353,7 @@ impl DryConfig {
             archive_dir: HostPath::parse(&flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?,
             login_address: notify.login_address.clone(),
             notify: notify.smtp_url.is_some() || notify.slack_webhook_url.is_some(),
+            batch_window: slurm.slurm_batch_window,
         })
     }
 }
@@ -364,6 +367,7 @@ pub fn backends(
     log: &EffectLog,
 ) -> Result<Arc<Backends>, String> {
     let slurm = SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cfg.cluster.clone());
+    let slurm = crate::slurm::Batching::new(Arc::new(slurm), cfg.batch_window);
     let k8s = RecordingK8s { inner: Arc::new(SimK8s(world.clone())), settings: cfg.k8s.clone(), log: log.clone() };
     let storage =
         CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Accepting), log), cfg.storage.clone())

@@ -369,11 +369,15 @@ pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]
 }
 
 /// The next moment something becomes due in the future (a timer, a backoff, a lease expiry).
-pub(crate) async fn next_due(pool: &PgPool) -> Result<Option<Duration>, EngineError> {
+/// How long until the next timer, counting those that came due since `claimed_at` (the start of
+/// the claim that found nothing more: 0, claim again). Jobs due before it that the claim left
+/// (their subject is busy) are not counted, so they cause no busy loop.
+pub(crate) async fn next_due(pool: &PgPool, claimed_at: OffsetDateTime) -> Result<Option<Duration>, EngineError> {
     let ms: Option<f64> = sqlx::query_scalar(
         "select (extract(epoch from min(run_at) - now()) * 1000)::float8 from jobs
-         where state in ('pending', 'waiting', 'running') and run_at > now()",
+         where state in ('pending', 'waiting', 'running') and run_at > least($1, now())",
     )
+    .bind(claimed_at)
     .fetch_one(pool)
     .await?;
     Ok(ms.map(|m| Duration::from_millis(m.max(0.0) as u64)))

@@ -143,6 +143,7 @@ async fn claim_loop(
             }
         }
         let asked = permits.len();
+        let claimed_at = time::OffsetDateTime::now_utc();
         let claimed = match store::claim(&shared.pool, &shared.cfg.id, shared.cfg.lease, &kinds, asked).await {
             Ok(c) => {
                 db_backoff = Duration::from_millis(100);
@@ -174,7 +175,7 @@ async fn claim_loop(
             continue;
         }
         // Nothing more is due now: sleep until the next timer, a notification, or the poll interval.
-        let until = match store::next_due(&shared.pool).await {
+        let until = match store::next_due(&shared.pool, claimed_at).await {
             Ok(Some(d)) => d.min(shared.cfg.poll_interval),
             Ok(None) => shared.cfg.poll_interval,
             Err(e) => {
@@ -422,6 +423,8 @@ async fn listen(shared: Arc<Shared>, stop: CancellationToken) {
                     // sqlx reconnects on the next recv; notifications may have been missed meanwhile
                     tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
                     shared.wake.notify_one();
+                    // a database that stays away must not turn this into a busy loop
+                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = stop.cancelled() => return }
                 }
             }
         }

@@ -41,6 +41,9 @@ pub enum SlurmError {
     NotConverged { what: String, want: String, got: String },
     #[error("{cmd}: unexpected output line {line:?}: {why}")]
     Parse { cmd: String, line: String, why: String },
+    /// The batched call this request joined failed (the error of the batch, for each member).
+    #[error("the batched call failed: {detail}")]
+    Batch { retryable: bool, detail: String },
     /// A failure this backend does not recognise.
     #[error("{cmd} failed (exit {code}): {detail}")]
     Failed { cmd: String, code: i32, detail: String },
@@ -56,6 +59,7 @@ impl SlurmError {
             }
             // Jobs end (or slurmdbd learns that they ended) without anyone acting on onramp's side.
             SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } | SlurmError::JobsActive { .. } => true,
+            SlurmError::Batch { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -75,6 +79,7 @@ impl SlurmError {
             SlurmError::Invalid(_) => "invalid",
             SlurmError::NotConverged { .. } => "not_converged",
             SlurmError::Parse { .. } => "parse",
+            SlurmError::Batch { .. } => "batch",
             SlurmError::Failed { .. } => "failed",
         }
     }

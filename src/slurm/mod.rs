@@ -9,6 +9,7 @@
 //! Errors say whether trying again may help ([`SlurmError::is_retryable`]).
 
 mod accounts;
+mod batch;
 mod cli;
 pub mod command;
 pub mod doctor;
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use batch::Batching;
 pub use cli::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
 pub use types::*;

@@ -168,6 +168,7 @@ impl Harness {
             archive_dir: HostPath::parse(&format!("{r}/archive")).unwrap(),
             login_address: "login.example".into(),
             notify: true,
+            batch_window: Duration::ZERO,
         };
 
         let backends = Backends::new(

@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod dashboard;
+mod dev;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
