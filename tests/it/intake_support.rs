@@ -241,6 +241,9 @@ impl Flow for Recorded {
 
 pub struct App {
     pub engine: Engine,
+    /// The service's address (`http://127.0.0.1:port`).
+    pub base: String,
+    /// The webhook's URL.
     pub url: String,
     pub fake: Fake,
     pub cluster: FakeCluster,
@@ -288,16 +291,31 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         batch: 512,
         reconcile_interval: Duration::ZERO,
     };
-    let registry = setup.registry(Registry::new().with(Recorded(USER_ONBOARD)).with(Recorded(USER_OFFBOARD)));
+    let registry = setup.registry(
+        Registry::new()
+            .with(Recorded(USER_ONBOARD))
+            .with(Recorded(USER_OFFBOARD))
+            .with(Recorded(onramp::flows::tenant::TENANT_ONBOARD))
+            .with(Recorded(onramp::flows::tenant::TENANT_OFFBOARD)),
+    );
     let engine = Engine::new(db.pool.clone(), registry);
     let intake = setup.start(&engine);
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
     state.intake = Some(intake);
+    state.tenants = Some(setup.tenants.clone());
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(onramp::http::serve(l, state, stop.clone()));
-    App { engine, url: format!("http://{addr}/webhooks/authentik"), fake, cluster, http: reqwest::Client::new(), stop }
+    App {
+        engine,
+        base: format!("http://{addr}"),
+        url: format!("http://{addr}/webhooks/authentik"),
+        fake,
+        cluster,
+        http: reqwest::Client::new(),
+        stop,
+    }
 }
 
 pub fn now() -> i64 {

@@ -12,6 +12,7 @@ mod flows_tenant;
 mod flows_user;
 mod http_api;
 mod http_matrix;
+mod http_work;
 mod intake_cli;
 mod intake_reconcile;
 mod intake_support;
