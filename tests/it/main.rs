@@ -22,6 +22,7 @@ mod k8s_exec;
 mod k8s_rbac;
 mod k8s_support;
 mod notify;
+mod schemathesis;
 mod slurm;
 mod sshkey;
 mod storage;
