@@ -33,6 +33,7 @@ pub const TENANTS: &str = "\
 tenants:
   - name: foo
     group: tenant-foo-users
+    limits: { fairshare: 300, grp_tres: gres/gpu=16, grp_jobs: 50 }
     user_defaults: { default_qos: normal, qos: [normal], max_jobs: 20 }
     teams:
       - { account: ml-team-foo, group: tenant-foo-ml }
