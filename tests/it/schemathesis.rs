@@ -48,6 +48,23 @@ async fn schemathesis(base: &str, token: &str, only: &[&str], dir: &Path) -> (bo
 async fn every_response_conforms_to_openapi_yaml() {
     let db = TestDb::new().await;
     let admin = token(&engine(&db, onramp::flows::registry()), "schemathesis", Role::Admin, None).await;
+    // a finished full reconcile (its report as reconcile_tenants writes it), so that the tenants'
+    // measurements and /v1/drift are not null
+    let report = serde_json::json!({"reconcile": {"tenants": [
+        {"tenant": "foo", "decision": "changes", "unchanged": 1, "held": [], "hold_job": null, "reason": null,
+         "skipped": [], "jobs": [{"op": "onboard", "account": "ml-team-foo", "username": "bob",
+                                  "reason": "active member of tenant-foo-users with no association", "job": 7, "new": true}],
+         "members": {"members": 2, "groups": {"tenant-foo-users": 2, "tenant-foo-ml": 1}, "associations": 1,
+                     "slurm_users": 1, "by_account": {"tenant-foo": 1, "ml-team-foo": 0}}},
+        {"tenant": "bar", "decision": "skipped", "reason": "Authentik has no group tenant-bar-users"}]}});
+    sqlx::query(
+        "insert into jobs (kind, subject, input, outputs, step, state, finished_at, created_by)
+         values ('reconcile.full', 'reconcile/full', '{\"cause\": \"periodic\"}', $1, 'reconcile', 'succeeded', now(), 'test')",
+    )
+    .bind(report)
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://127.0.0.1:{port}");
     let _server = Command::new(env!("CARGO_BIN_EXE_onramp"))
