@@ -135,6 +135,7 @@ pub async fn run(
     let http = listener.map(|l| {
         let mut state = http::AppState::new(engine.clone(), stats.clone());
         state.intake = started;
+        state.tenants = intake.as_ref().map(|s| s.tenants.clone());
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }

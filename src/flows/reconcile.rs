@@ -307,6 +307,7 @@ async fn reconcile_tenants(
     let accounts: Vec<SlurmAccount> = ready.iter().flat_map(|(t, _)| t.accounts()).collect();
     let actual = r.cluster.associations(&accounts).await.map_err(|e| e.to_string())?;
     for (t, members) in ready {
+        let counts = member_counts(t, &members, &actual);
         let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, brake);
         if let Some(only) = only {
             p.offboard.retain(|a| only.contains(&(a.account.clone(), a.username.clone())));
@@ -338,9 +339,34 @@ async fn reconcile_tenants(
             "hold_job": hold,
             "reason": p.brake_reason,
             "skipped": p.skipped,
+            "members": counts,
         }));
     }
     Ok(json!({ "tenants": report }))
+}
+
+/// What was measured of a tenant: active members of each of its groups (`members`: of the tenant
+/// group) and the Slurm user associations under its accounts.
+fn member_counts(
+    t: &crate::tenants::Tenant,
+    members: &BTreeMap<String, Vec<crate::authentik::User>>,
+    actual: &[(SlurmAccount, Username)],
+) -> Value {
+    let accounts = t.accounts();
+    let mut by_account: BTreeMap<&str, usize> = accounts.iter().map(|a| (a.as_str(), 0)).collect();
+    let mut users = std::collections::BTreeSet::new();
+    for (a, u) in actual.iter().filter(|(a, _)| accounts.contains(a)) {
+        *by_account.entry(a.as_str()).or_default() += 1;
+        users.insert(u);
+    }
+    let groups: BTreeMap<&str, usize> = members.iter().map(|(g, l)| (g.as_str(), l.len())).collect();
+    json!({
+        "members": members.get(&t.group).map_or(0, Vec::len),
+        "groups": groups,
+        "associations": by_account.values().sum::<usize>(),
+        "slurm_users": users.len(),
+        "by_account": by_account,
+    })
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::Method;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use super::auth::Auth;
+use super::extract::{OptBody, Params, PathParam};
 use super::{AppState, Problem, Route, route};
 use crate::auth::{Principal, Role};
 use crate::engine::{Job, JobFilter, JobState};
@@ -51,7 +52,7 @@ struct ListQuery {
     limit: Option<u32>,
 }
 
-async fn list(auth: Auth, State(s): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let state = q.state.as_deref().map(str::parse::<JobState>).transpose().map_err(Problem::bad_request)?;
     let tenant = match (&p.tenant, q.tenant) {
@@ -84,7 +85,7 @@ async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     if p.sees(&job.tenant) { Ok(job) } else { Err(Problem::not_found(format!("job {id} not found"))) }
 }
 
-async fn show(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Value>, Problem> {
+async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let job = visible(&s, p, id).await?;
     let steps = s.engine.step_runs(id).await?;
@@ -100,22 +101,21 @@ struct CancelBody {
 async fn cancel(
     auth: Auth,
     State(s): State<AppState>,
-    Path(id): Path<i64>,
-    body: Option<Json<CancelBody>>,
+    PathParam(id): PathParam<i64>,
+    OptBody(body): OptBody<CancelBody>,
 ) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
-    let reason = body.and_then(|b| b.0.reason);
-    Ok(Json(s.engine.cancel(id, &p.actor(), reason.as_deref()).await?))
+    Ok(Json(s.engine.cancel(id, &p.actor(), body.reason.as_deref()).await?))
 }
 
-async fn retry(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
+async fn retry(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.retry(id, &p.actor()).await?))
 }
 
-async fn approve(auth: Auth, State(s): State<AppState>, Path(id): Path<i64>) -> Result<Json<Job>, Problem> {
+async fn approve(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.approve(id, &p.actor()).await?))

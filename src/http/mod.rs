@@ -1,15 +1,20 @@
-//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, tokens), the dashboard.
+//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants,
+//! drift, tokens), the dashboard.
 //! Each area lists its routes; the router is built from that one table, so the table is exactly
 //! what is served (and a test compares it with openapi.yaml).
 
 mod auth;
 mod dashboard;
+mod extract;
 mod health;
+mod idempotency;
 mod jobs;
 mod metrics;
 mod problem;
+mod tenants;
 mod tokens;
 mod webhook;
+mod work;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, WorkerStats};
 use crate::intake::Intake;
+use crate::tenants::TenantRegistry;
 
 pub use auth::AuthLimiter;
 pub use problem::Problem;
@@ -33,11 +39,29 @@ pub struct AppState {
     pub limiter: Arc<AuthLimiter>,
     /// The Authentik webhook intake, when configured.
     pub intake: Option<Arc<Intake>>,
+    /// The tenant registry (`ONRAMP_TENANTS`), when configured: starting work and the tenants
+    /// overview need it.
+    pub tenants: Option<Arc<TenantRegistry>>,
 }
 
 impl AppState {
     pub fn new(engine: Engine, stats: Arc<WorkerStats>) -> Self {
-        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None }
+        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None, tenants: None }
+    }
+
+    pub fn with_tenants(mut self, tenants: Arc<TenantRegistry>) -> Self {
+        self.tenants = Some(tenants);
+        self
+    }
+
+    /// The tenant registry, or 503 naming the setting.
+    fn registry(&self) -> Result<&TenantRegistry, Problem> {
+        self.tenants.as_deref().ok_or_else(|| {
+            Problem::unavailable(
+                "this onramp has no tenant registry: set ONRAMP_TENANTS (with ONRAMP_AUTHENTIK_URL and \
+                 ONRAMP_AUTHENTIK_TOKEN, which the reconcile flows need)",
+            )
+        })
     }
 }
 
@@ -59,8 +83,16 @@ where
 
 /// Every route onramp serves.
 pub fn routes() -> Vec<Route> {
-    let areas =
-        [health::routes(), metrics::routes(), jobs::routes(), tokens::routes(), webhook::routes(), dashboard::routes()];
+    let areas = [
+        health::routes(),
+        metrics::routes(),
+        jobs::routes(),
+        work::routes(),
+        tenants::routes(),
+        tokens::routes(),
+        webhook::routes(),
+        dashboard::routes(),
+    ];
     areas.into_iter().flatten().collect()
 }
 

@@ -39,6 +39,17 @@ impl Problem {
     pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad-request", "Bad request", detail)
     }
+    /// Well-formed but not acceptable: an unknown field, a bad name, a tenant not in the registry.
+    pub fn unprocessable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", detail)
+    }
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
+    }
+    /// A part of onramp this request needs is not configured; `detail` names the setting.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "not-configured", "Not configured", detail)
+    }
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "see the service's log")
     }

@@ -2,12 +2,13 @@
 //! that tenant's tokens only, and cannot create unscoped ones.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::Auth;
+use super::extract::{Body, PathParam};
 use super::{AppState, Problem, Route, route};
 use crate::auth::{self, Role, TokenError};
 use crate::config::parse_duration;
@@ -54,7 +55,7 @@ struct NewToken {
 async fn create(
     auth: Auth,
     State(s): State<AppState>,
-    Json(b): Json<NewToken>,
+    Body(b): Body<NewToken>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let p = auth.require(Role::Admin)?;
     let role: Role = b.role.parse().map_err(Problem::bad_request)?;
@@ -73,7 +74,9 @@ async fn create(
     let expires_at = match b.expires_in.as_deref() {
         Some(d) => {
             let d = parse_duration(d).map_err(Problem::bad_request)?;
-            Some(time::OffsetDateTime::now_utc() + d)
+            let at =
+                time::OffsetDateTime::now_utc().checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX));
+            Some(at.ok_or_else(|| Problem::bad_request(format!("expires_in {:?} is too far away", b.expires_in)))?)
         }
         None => None,
     };
@@ -85,7 +88,11 @@ async fn create(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
-async fn revoke(auth: Auth, State(s): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, Problem> {
+async fn revoke(
+    auth: Auth,
+    State(s): State<AppState>,
+    PathParam(name): PathParam<String>,
+) -> Result<StatusCode, Problem> {
     let p = auth.require(Role::Admin)?;
     if let Some(own) = &p.tenant {
         let tokens = auth::list(s.engine.pool()).await.map_err(TokenError::from)?;

@@ -1,6 +1,6 @@
 //! The dashboard in a real headless Chromium (Debian's chromium + chromium-driver): sign in, see
-//! a job change state live, open a failed job, press retry, see it succeed. Saves a screenshot to
-//! target/artifacts/dashboard.png.
+//! a job change state live, open a failed job, press retry, see it succeed; the tenants overview
+//! after a reconcile. Saves screenshots to target/artifacts/dashboard*.png.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -144,4 +144,55 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     std::fs::write(dir.join("dashboard-phone.png"), c.screenshot().await.unwrap()).unwrap();
     c.close().await.unwrap();
     stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
+    use crate::intake_support::{AppOptions, FakeUser, app};
+    let db = TestDb::new().await;
+    let a = app(&db, AppOptions::default()).await;
+    a.add_user(FakeUser::new(1, "alice", &["tenant-foo-users"]));
+    a.add_user(FakeUser::new(2, "bob", &["tenant-foo-users", "tenant-foo-ml"]));
+    a.add_user(FakeUser::new(3, "dave", &["tenant-foo-users"]));
+    a.cluster.set(&[("tenant-foo", "alice"), ("tenant-foo", "carol")]);
+    let w = TestWorker::start(&a.engine, worker_config("dash", Duration::from_secs(10)));
+    let full = a.engine.enqueue(&[onramp::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap()[0].id;
+    wait_state(&a.engine, full, "succeeded", Duration::from_secs(20)).await;
+    let tok = token(&a.engine, "ops", Role::Viewer, None).await;
+
+    let (_driver, webdriver) = chromedriver().await;
+    let c = browser(&webdriver).await;
+    c.goto(&format!("{}/dashboard#/tenants", a.base)).await.unwrap();
+    c.wait().for_element(Locator::Css("#token")).await.unwrap().send_keys(&tok).await.unwrap();
+    c.find(Locator::Css("#login button")).await.unwrap().click().await.unwrap();
+    let foo = |testid: &str| format!("[data-tenant=foo] [data-testid={testid}]");
+    let reads = |css: String, want: &'static str| {
+        let c = c.clone();
+        async move {
+            eventually(Duration::from_secs(20), &format!("{css} to read {want}"), || {
+                let (c, css) = (c.clone(), css.clone());
+                async move { (text_of(&c, &css).await.as_deref() == Some(want)).then_some(()) }
+            })
+            .await
+        }
+    };
+    // three members, two associations (alice, carol): bob and dave to onboard, carol to offboard
+    reads(foo("members"), "3").await;
+    reads(foo("associations"), "2 Slurm associations").await;
+    reads(foo("drift"), "2 to onboard · 1 to offboard").await;
+    reads(foo("limits"), "Fairshare 300 · GrpTRES gres/gpu=16 · GrpJobs 50").await;
+    // the onboardings and the offboarding it started wait (stand-ins): in flight, live
+    reads(foo("in-flight"), "3").await;
+    assert_eq!(text_of(&c, &foo("teams")).await.as_deref(), Some("ml-team-foo (tenant-foo-ml)"));
+    reads("[data-tenant=bar] [data-testid=members]".into(), "0").await;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("dashboard-tenants.png"), c.screenshot().await.unwrap()).unwrap();
+    c.set_window_size(390, 844).await.unwrap();
+    c.refresh().await.unwrap();
+    reads(foo("members"), "3").await;
+    std::fs::write(dir.join("dashboard-tenants-phone.png"), c.screenshot().await.unwrap()).unwrap();
+    c.close().await.unwrap();
+    w.shutdown().await;
 }

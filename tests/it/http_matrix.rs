@@ -2,9 +2,13 @@
 //! Also: the served routes and openapi.yaml list the same routes.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use onramp::auth::Role;
-use onramp::engine::{Actor, NewJob};
+use onramp::engine::{Actor, NewJob, WorkerStats};
+use onramp::http::AppState;
+use onramp::reconcile::RECONCILE_FULL;
+use onramp::tenants::TenantRegistry;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -12,6 +16,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
 use crate::http_api::token;
+use crate::intake_support::Recorded;
+
+const TENANTS: &str = "\
+tenants:
+  - { name: tenant-a, group: tenant-a-users }
+  - { name: tenant-b, group: tenant-b-users }
+";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Expect {
@@ -37,7 +48,8 @@ fn expect(c: &Case) -> Expect {
     let hidden = c.scoped && !c.own;
     match (c.method.as_str(), c.path) {
         ("GET", "/v1/whoami" | "/v1/jobs" | "/v1/stream") => Allowed(&[200]),
-        ("GET", "/v1/jobs/{id}") => {
+        ("GET", "/v1/tenants" | "/v1/drift") => Allowed(&[200]),
+        ("GET", "/v1/jobs/{id}" | "/v1/tenants/{tenant}") => {
             if hidden {
                 NotFound
             } else {
@@ -51,6 +63,14 @@ fn expect(c: &Case) -> Expect {
                 NotFound
             } else {
                 Allowed(&[200, 409])
+            }
+        }
+        // starting work: for the caller's own tenant only
+        ("POST", "/v1/jobs") => {
+            if c.role < Role::Operator || hidden {
+                Forbidden
+            } else {
+                Allowed(&[202])
             }
         }
         ("GET", "/v1/tokens") => {
@@ -83,20 +103,31 @@ fn expect(c: &Case) -> Expect {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_v1_route_by_role_and_tenant() {
     let db = TestDb::new().await;
-    let engine = engine(&db, onramp::flows::registry());
+    let kinds = onramp::flows::with_kinds_only(onramp::flows::registry()).with(Recorded(RECONCILE_FULL));
+    let engine = engine(&db, kinds);
+    let tenants = TenantRegistry::parse(TENANTS, "matrix").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::serve::run(e, Some(listener), None, None, s).await.unwrap() });
+    let state = AppState::new(engine.clone(), Arc::new(WorkerStats::default())).with_tenants(Arc::new(tenants));
+    tokio::spawn(onramp::http::serve(listener, state, stop.clone()));
     let http = reqwest::Client::new();
+    // a finished full reconcile, so that /v1/drift has a report to show
+    sqlx::query(
+        "insert into jobs (kind, subject, input, outputs, step, state, finished_at, created_by)
+         values ('reconcile.full', 'reconcile/full', '{}', $1, 'reconcile', 'succeeded', now(), 'test')",
+    )
+    .bind(json!({"reconcile": {"tenants": [{"tenant": "tenant-a"}, {"tenant": "tenant-b"}]}}))
+    .execute(&db.pool)
+    .await
+    .unwrap();
 
     let routes: Vec<(Method, &str)> = onramp::http::routes()
         .iter()
         .filter(|r| r.path.starts_with("/v1/"))
         .map(|r| (Method::from_bytes(r.method.as_str().as_bytes()).unwrap(), r.path))
         .collect();
-    assert!(routes.len() >= 10, "{routes:?}");
+    assert!(routes.len() >= 14, "{routes:?}");
 
     let mut checked = 0;
     let mut n = 0;
@@ -116,10 +147,16 @@ async fn every_v1_route_by_role_and_tenant() {
                         .id;
                     let victim = format!("victim-{n}");
                     token(&engine, &victim, Role::Viewer, Some(tenant)).await;
-                    let url = format!("{base}{}", path.replace("{id}", &job.to_string()).replace("{name}", &victim));
+                    let url = format!(
+                        "{base}{}",
+                        path.replace("{id}", &job.to_string()).replace("{name}", &victim).replace("{tenant}", tenant)
+                    );
                     let mut req = http.request(method.clone(), &url);
                     if path == &"/v1/tokens" && method == Method::POST {
                         req = req.json(&json!({"name": format!("new-{n}"), "role": "viewer", "tenant": tenant}));
+                    }
+                    if path == &"/v1/jobs" && method == Method::POST {
+                        req = req.json(&json!({"kind": "user.onboard", "tenant": tenant, "username": format!("u{n}")}));
                     }
                     // no token: always 401
                     let anon = http.request(method.clone(), &url).send().await.unwrap().status();
@@ -158,6 +195,19 @@ async fn every_v1_route_by_role_and_tenant() {
         .await
         .unwrap();
     assert_eq!(body["jobs"].as_array().unwrap().len(), 0);
+    // nor do the tenants overview and the drift report
+    let get = |path: &'static str| {
+        let (http, base, scoped) = (http.clone(), base.clone(), scoped.clone());
+        async move {
+            let r = http.get(format!("{base}{path}")).bearer_auth(&scoped).send().await.unwrap();
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let names = |list: &serde_json::Value, field: &str| -> Vec<String> {
+        list.as_array().unwrap().iter().map(|t| t[field].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&get("/v1/tenants").await["tenants"], "name"), ["tenant-a"]);
+    assert_eq!(names(&get("/v1/drift").await["report"]["tenants"], "tenant"), ["tenant-a"]);
     stop.cancel();
 }
 

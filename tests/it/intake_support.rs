@@ -33,6 +33,7 @@ pub const TENANTS: &str = "\
 tenants:
   - name: foo
     group: tenant-foo-users
+    limits: { fairshare: 300, grp_tres: gres/gpu=16, grp_jobs: 50 }
     user_defaults: { default_qos: normal, qos: [normal], max_jobs: 20 }
     teams:
       - { account: ml-team-foo, group: tenant-foo-ml }
@@ -241,6 +242,9 @@ impl Flow for Recorded {
 
 pub struct App {
     pub engine: Engine,
+    /// The service's address (`http://127.0.0.1:port`).
+    pub base: String,
+    /// The webhook's URL.
     pub url: String,
     pub fake: Fake,
     pub cluster: FakeCluster,
@@ -289,16 +293,31 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         batch: 512,
         reconcile_interval: Duration::ZERO,
     };
-    let registry = setup.registry(Registry::new().with(Recorded(USER_ONBOARD)).with(Recorded(USER_OFFBOARD)));
+    let registry = setup.registry(
+        Registry::new()
+            .with(Recorded(USER_ONBOARD))
+            .with(Recorded(USER_OFFBOARD))
+            .with(Recorded(onramp::flows::tenant::TENANT_ONBOARD))
+            .with(Recorded(onramp::flows::tenant::TENANT_OFFBOARD)),
+    );
     let engine = Engine::new(db.pool.clone(), registry);
     let intake = setup.start(&engine);
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
     state.intake = Some(intake);
+    state.tenants = Some(setup.tenants.clone());
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(onramp::http::serve(l, state, stop.clone()));
-    App { engine, url: format!("http://{addr}/webhooks/authentik"), fake, cluster, http: reqwest::Client::new(), stop }
+    App {
+        engine,
+        base: format!("http://{addr}"),
+        url: format!("http://{addr}/webhooks/authentik"),
+        fake,
+        cluster,
+        http: reqwest::Client::new(),
+        stop,
+    }
 }
 
 pub fn now() -> i64 {

@@ -1,4 +1,4 @@
-// onramp dashboard: jobs list with live updates, job detail with retry/cancel/approve.
+// onramp dashboard: jobs list with live updates, job detail with retry/cancel/approve, tenants.
 // Everything comes from /v1 with the bearer token kept in this tab's sessionStorage.
 "use strict";
 
@@ -167,6 +167,54 @@ async function jobView(id) {
   return (changed) => { if (changed.id === job.id) { clearTimeout(timer); timer = setTimeout(render, 150); } };
 }
 
+// ---- tenants ----
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+function tenantCard(t) {
+  const dd = (testid, ...kids) => el("dd", { "data-testid": testid }, ...kids);
+  const limits = [t.limits.fairshare != null ? `Fairshare ${t.limits.fairshare}` : "",
+    t.limits.grp_tres ? `GrpTRES ${t.limits.grp_tres}` : "", t.limits.grp_jobs != null ? `GrpJobs ${t.limits.grp_jobs}` : ""]
+    .filter(Boolean).join(" · ") || "none";
+  const m = t.members;
+  const members = m
+    ? [el("strong", { "data-testid": "members" }, String(m.members)), ` in ${t.group} · `,
+      el("span", { "data-testid": "associations" }, plural(m.associations, "Slurm association")),
+      el("div", { class: "muted" }, `measured ${ago(m.measured_at)} by reconcile `, el("a", { href: `#/jobs/${m.job}` }, `#${m.job}`))]
+    : [el("span", { class: "muted", "data-testid": "members" }, "not measured yet (no reconcile has run)")];
+  const f = t.jobs_in_flight;
+  const kinds = Object.entries(f.by_kind).map(([k, n]) => `${k} ${n}`).join(" · ");
+  const flight = [el("a", { href: `#/jobs?subject=${encodeURIComponent(t.name)}%2F`, "data-testid": "in-flight" }, String(f.total)),
+    f.needs_attention ? el("span", { class: "badge s-failed" }, `${f.needs_attention} need attention`) : "",
+    kinds ? el("div", { class: "muted" }, kinds) : ""];
+  const d = t.drift;
+  let drift;
+  if (!d) drift = [el("span", { class: "muted", "data-testid": "drift" }, "no reconcile yet")];
+  else {
+    const parts = [d.onboard ? `${d.onboard} to onboard` : "", d.offboard ? `${d.offboard} to offboard` : "",
+      d.held ? `${d.held} held for approval` : "", d.skipped ? `${d.skipped} skipped` : ""].filter(Boolean);
+    drift = [el("span", { class: `badge ${parts.length ? "s-needs_approval" : "s-succeeded"}`, "data-testid": "drift" }, parts.join(" · ") || "in sync"),
+      el("div", { class: "muted" }, `${ago(d.measured_at)}${d.reason ? ` · ${d.reason}` : ""}`)];
+  }
+  const q = t.quotas;
+  const quota = (name, x) => (x ? `${name} ${x.soft}/${x.hard}` : "");
+  return el("div", { class: "card tenant", "data-tenant": t.name },
+    el("h2", {}, t.name, t.description ? el("span", { class: "muted" }, ` · ${t.description}`) : ""),
+    el("dl", {},
+      el("dt", {}, "Members"), dd("members-line", ...members),
+      el("dt", {}, "Jobs in flight"), dd("flight-line", ...flight),
+      el("dt", {}, "Drift"), dd("drift-line", ...drift),
+      el("dt", {}, "Limits"), dd("limits", limits),
+      el("dt", {}, "Teams"), dd("teams", t.teams.length ? t.teams.map((x) => `${x.account} (${x.group})`).join(", ") : `none (all in ${t.default_account})`),
+      el("dt", {}, "Quotas"), dd("quotas", [quota("home", q.home), quota("scratch", q.scratch)].filter(Boolean).join(" · ") || "none")));
+}
+
+async function tenantsView() {
+  const { tenants } = await api("/v1/tenants");
+  const grid = el("div", { class: "tenants" }, ...tenants.map(tenantCard));
+  $("#view").replaceChildren(el("h1", {}, "Tenants"), tenants.length ? grid : el("p", { class: "muted" }, "No tenants."));
+  let timer;
+  return () => { clearTimeout(timer); timer = setTimeout(render, 500); };
+}
+
 // ---- routing ----
 let current = null;
 async function render() {
@@ -175,7 +223,7 @@ async function render() {
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", hash.startsWith(`#/${a.dataset.nav}`)));
   try {
     const m = hash.match(/^#\/jobs\/(\d+)/);
-    current = m ? await jobView(Number(m[1])) : await jobsView(hash.startsWith("#/attention"));
+    current = m ? await jobView(Number(m[1])) : hash.startsWith("#/tenants") ? await tenantsView() : await jobsView(hash.startsWith("#/attention"));
     listeners.add(current);
   } catch (e) {
     if (e.message !== "unauthorized") $("#view").replaceChildren(el("p", { class: "error" }, e.message));

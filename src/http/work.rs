@@ -1,0 +1,179 @@
+//! POST /v1/jobs: start work (operator). Onboard or offboard a user, onboard or offboard a
+//! tenant, or run a full reconcile. The jobs are built by the same constructors the reconciler and
+//! the CLI use, so a portal's request and a webhook's reconcile dedupe to one job. Every name is
+//! checked and the tenant and account looked up in the tenant registry; a tenant-scoped token
+//! starts work for its own tenant only.
+//!
+//! Answers 202 with the job when this request created it, 200 with the job when it is one that
+//! already existed: the same `Idempotency-Key` and request again (header `Idempotent-Replayed:
+//! true`), or an unfinished job doing the same work.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::auth::Auth;
+use super::extract::Body;
+use super::{AppState, Problem, Route, idempotency, route};
+use crate::auth::{Principal, Role};
+use crate::engine::NewJob;
+use crate::flows::tenant::{self, TENANT_OFFBOARD, TENANT_ONBOARD};
+use crate::names::{SlurmAccount, TenantName, Username};
+use crate::reconcile::plan::{Action, Op};
+use crate::tenants::{Tenant, TenantRegistry};
+
+pub fn routes() -> Vec<Route> {
+    vec![route(Method::POST, "/v1/jobs", start)]
+}
+
+/// The request, as sent (names not yet checked).
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+enum StartWork {
+    #[serde(rename = "user.onboard")]
+    UserOnboard {
+        tenant: String,
+        /// The team's Slurm account; the tenant's default account when left out.
+        #[serde(default)]
+        account: Option<String>,
+        username: String,
+    },
+    #[serde(rename = "user.offboard")]
+    UserOffboard {
+        tenant: String,
+        #[serde(default)]
+        account: Option<String>,
+        username: String,
+        #[serde(default)]
+        hard_cutoff: bool,
+    },
+    #[serde(rename = "tenant.onboard")]
+    TenantOnboard { tenant: String },
+    #[serde(rename = "tenant.offboard")]
+    TenantOffboard {
+        tenant: String,
+        #[serde(default)]
+        hard_cutoff: bool,
+    },
+    #[serde(rename = "reconcile.full")]
+    ReconcileFull {},
+}
+
+fn invalid(e: impl ToString) -> Problem {
+    Problem::unprocessable(e.to_string())
+}
+
+/// The tenant, checked: its name, the caller's scope, then the registry.
+fn tenant<'r>(reg: &'r TenantRegistry, p: &Principal, name: &str) -> Result<&'r Tenant, Problem> {
+    let name = TenantName::parse(name).map_err(invalid)?;
+    if !p.sees(name.as_str()) {
+        let own = p.tenant.as_deref().unwrap_or_default();
+        return Err(Problem::forbidden(format!("this token starts work for tenant {own} only")));
+    }
+    reg.tenant(name.as_str()).ok_or_else(|| invalid(format!("tenant {name} is not in the tenant registry")))
+}
+
+/// A user's onboarding or offboarding, as the reconciler would enqueue it.
+fn user_job(
+    reg: &TenantRegistry,
+    p: &Principal,
+    op: Op,
+    tenant_name: &str,
+    account: Option<&str>,
+    username: &str,
+) -> Result<NewJob, Problem> {
+    let t = tenant(reg, p, tenant_name)?;
+    let account = match account {
+        Some(a) => SlurmAccount::parse(a).map_err(invalid)?,
+        None => t.default_account.clone(),
+    };
+    let accounts = t.accounts();
+    if !accounts.contains(&account) {
+        let known: Vec<&str> = accounts.iter().map(SlurmAccount::as_str).collect();
+        return Err(invalid(format!(
+            "account {account} is not one of tenant {}'s accounts ({})",
+            t.name,
+            known.join(", ")
+        )));
+    }
+    let username = Username::parse(username).map_err(invalid)?;
+    let cause = p.actor().to_string();
+    let action = Action {
+        op,
+        tenant: t.name.clone(),
+        account,
+        username,
+        member: None,
+        reason: format!("requested through the API by token {}", p.token_name),
+    };
+    let mut job = crate::flows::reconcile::job_for(&action, &cause);
+    job.actor = p.actor();
+    Ok(job)
+}
+
+/// The job a request asks for.
+fn job(reg: &TenantRegistry, p: &Principal, w: &StartWork) -> Result<NewJob, Problem> {
+    Ok(match w {
+        StartWork::UserOnboard { tenant, account, username } => {
+            user_job(reg, p, Op::Onboard, tenant, account.as_deref(), username)?
+        }
+        StartWork::UserOffboard { tenant, account, username, hard_cutoff } => {
+            let mut j = user_job(reg, p, Op::Offboard, tenant, account.as_deref(), username)?;
+            j.input["hard_cutoff"] = json!(hard_cutoff);
+            j
+        }
+        StartWork::TenantOnboard { tenant: name } => {
+            let t = tenant(reg, p, name)?;
+            tenant::job(TENANT_ONBOARD, t.name.as_str(), p.actor())
+        }
+        StartWork::TenantOffboard { tenant: name, hard_cutoff } => {
+            let t = tenant(reg, p, name)?;
+            let mut j = tenant::job(TENANT_OFFBOARD, t.name.as_str(), p.actor());
+            j.input["hard_cutoff"] = json!(hard_cutoff);
+            j
+        }
+        StartWork::ReconcileFull {} => {
+            if let Some(own) = &p.tenant {
+                return Err(Problem::forbidden(format!(
+                    "a full reconcile spans every tenant; this token acts for tenant {own} only"
+                )));
+            }
+            crate::reconcile::full_job(p.actor(), p.actor().as_str())
+        }
+    })
+}
+
+async fn start(
+    auth: Auth,
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Body(w): Body<StartWork>,
+) -> Result<Response, Problem> {
+    let p = auth.require(Role::Operator)?;
+    let reg = s.registry()?;
+    let job = job(reg, p, &w)?;
+    if s.engine.registry().get(&job.kind).is_none() {
+        return Err(Problem::unavailable(format!(
+            "this onramp runs no {} flow: it needs the Authentik settings (ONRAMP_AUTHENTIK_URL, ONRAMP_AUTHENTIK_TOKEN)",
+            job.kind
+        )));
+    }
+    let key = idempotency::key(&headers)?;
+    // the normalized request (defaults filled in) is what a key is compared by
+    let request = serde_json::to_vec(&w).map_err(|_| Problem::internal())?;
+    let started = idempotency::start(&s.engine, &p.token_name, key.as_deref(), &request, job).await?;
+    let job = s.engine.job(started.job.id).await?;
+    let status = if started.job.created { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let mut res = (status, Json(&job)).into_response();
+    let h = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
+        h.insert(header::LOCATION, v);
+    }
+    if started.replayed {
+        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(res)
+}
