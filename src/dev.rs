@@ -67,7 +67,7 @@ fn dev_timings() -> flows::Timings {
 /// The real intake, reconciler and flows on the simulated cluster (see `crate::dryrun`): a
 /// demo tenant whose accounts exist, Authentik with alice and bob in its group, and dave, who
 /// left it but still has an association. Every simulated call is printed.
-async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, IntakeSetup)> {
+async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, IntakeSetup, DryConfig)> {
     let tenants = Arc::new(TenantRegistry::parse(DEV_TENANTS, "onramp dev")?);
     let demo = tenants.tenant("demo").expect("the demo tenant");
     let cluster = ClusterName::parse("dev").expect("a cluster name");
@@ -117,7 +117,7 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, I
         batch: 64,
         reconcile_interval: std::time::Duration::from_secs(3600),
     };
-    Ok((backends, setup))
+    Ok((backends, setup, cfg))
 }
 
 /// Prints each simulated call as it happens.
@@ -159,7 +159,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
     let pool = db::connect(url, 16).await?;
     db::migrate(&pool).await?;
     let log = EffectLog::default();
-    let (backends, setup) = dry_cluster(&log).await?;
+    let (backends, setup, cfg) = dry_cluster(&log).await?;
     let registry = setup.registry(flows::with_backends(flows::registry(), backends.clone()));
     let engine = Engine::new(pool, registry);
     backends.attach(&engine);
@@ -196,7 +196,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         }
     });
     let worker = serve::worker_config(&args.worker);
-    serve::run(engine, Some(listener), Some(worker), Some(setup), serve::shutdown_on_signal()).await
+    serve::run(engine, Some(listener), Some(worker), Some(setup), Some(cfg), serve::shutdown_on_signal()).await
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.

@@ -7,6 +7,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Role, ServeArgs, WorkerArgs};
+use crate::dryrun::plan::Planner;
+use crate::dryrun::sim::DryConfig;
 use crate::engine::{Engine, WorkerConfig, WorkerStats};
 use crate::intake::setup::{IntakeSetup, periodic_reconcile};
 use crate::{db, flows, http};
@@ -57,7 +59,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
     };
     let worker = (args.role != Role::Api).then(|| worker_config(&args.worker));
-    run(engine, listener, worker, setup, shutdown_on_signal()).await
+    // plans run the flows on the simulated cluster with this process's settings
+    let plans = match DryConfig::from_args(&args.slurm, &args.k8s, &args.storage, &args.flows, &args.notify) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "plans are not available");
+            None
+        }
+    };
+    run(engine, listener, worker, setup, plans, shutdown_on_signal()).await
 }
 
 /// The backends the user and tenant flows act on, built from the settings: Kubernetes (and
@@ -125,6 +135,7 @@ pub async fn run(
     listener: Option<TcpListener>,
     worker: Option<WorkerConfig>,
     intake: Option<IntakeSetup>,
+    plans: Option<DryConfig>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let stats = Arc::new(WorkerStats::default());
@@ -136,6 +147,10 @@ pub async fn run(
         let mut state = http::AppState::new(engine.clone(), stats.clone());
         state.intake = started;
         state.tenants = intake.as_ref().map(|s| s.tenants.clone());
+        state.plans = match (plans, &intake) {
+            (Some(cfg), Some(s)) => Some(Arc::new(Planner { cfg, authentik: Some(s.reconciler.authentik.clone()) })),
+            _ => None,
+        };
         if let Ok(addr) = l.local_addr() {
             tracing::info!(%addr, "HTTP listening");
         }

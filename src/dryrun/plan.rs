@@ -20,6 +20,12 @@ use crate::tenants::TenantRegistry;
 /// The flows a plan can be made of.
 pub const FLOWS: [&str; 4] = [USER_ONBOARD, USER_OFFBOARD, tenant::TENANT_ONBOARD, tenant::TENANT_OFFBOARD];
 
+/// What the API's plans are made with: the simulation's settings and, read only, Authentik.
+pub struct Planner {
+    pub cfg: DryConfig,
+    pub authentik: Option<Arc<dyn Authentik>>,
+}
+
 /// What to plan.
 #[derive(Clone, Debug)]
 pub struct PlanRequest {

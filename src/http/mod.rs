@@ -10,6 +10,7 @@ mod health;
 mod idempotency;
 mod jobs;
 mod metrics;
+mod plans;
 mod problem;
 mod tenants;
 mod tokens;
@@ -42,11 +43,13 @@ pub struct AppState {
     /// The tenant registry (`ONRAMP_TENANTS`), when configured: starting work and the tenants
     /// overview need it.
     pub tenants: Option<Arc<TenantRegistry>>,
+    /// Plans of flows (the simulated cluster with this process's settings), when configured.
+    pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
 }
 
 impl AppState {
     pub fn new(engine: Engine, stats: Arc<WorkerStats>) -> Self {
-        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None, tenants: None }
+        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None, tenants: None, plans: None }
     }
 
     pub fn with_tenants(mut self, tenants: Arc<TenantRegistry>) -> Self {
@@ -89,6 +92,7 @@ pub fn routes() -> Vec<Route> {
         jobs::routes(),
         work::routes(),
         tenants::routes(),
+        plans::routes(),
         tokens::routes(),
         webhook::routes(),
         dashboard::routes(),

@@ -49,6 +49,14 @@ fn expect(c: &Case) -> Expect {
     match (c.method.as_str(), c.path) {
         ("GET", "/v1/whoami" | "/v1/jobs" | "/v1/stream") => Allowed(&[200]),
         ("GET", "/v1/tenants" | "/v1/drift") => Allowed(&[200]),
+        // a plan is about a tenant: the caller's own only
+        ("GET", "/v1/plans/{flow}") => {
+            if hidden {
+                Forbidden
+            } else {
+                Allowed(&[200])
+            }
+        }
         ("GET", "/v1/jobs/{id}" | "/v1/tenants/{tenant}") => {
             if hidden {
                 NotFound
@@ -109,7 +117,9 @@ async fn every_v1_route_by_role_and_tenant() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    let state = AppState::new(engine.clone(), Arc::new(WorkerStats::default())).with_tenants(Arc::new(tenants));
+    let mut state = AppState::new(engine.clone(), Arc::new(WorkerStats::default())).with_tenants(Arc::new(tenants));
+    state.plans =
+        Some(Arc::new(onramp::dryrun::plan::Planner { cfg: crate::intake_support::dry_config(), authentik: None }));
     tokio::spawn(onramp::http::serve(listener, state, stop.clone()));
     let http = reqwest::Client::new();
     // a finished full reconcile, so that /v1/drift has a report to show
@@ -147,10 +157,13 @@ async fn every_v1_route_by_role_and_tenant() {
                         .id;
                     let victim = format!("victim-{n}");
                     token(&engine, &victim, Role::Viewer, Some(tenant)).await;
-                    let url = format!(
+                    let mut url = format!(
                         "{base}{}",
                         path.replace("{id}", &job.to_string()).replace("{name}", &victim).replace("{tenant}", tenant)
                     );
+                    if path.contains("{flow}") {
+                        url = url.replace("{flow}", "tenant.onboard") + "?tenant=" + tenant;
+                    }
                     let mut req = http.request(method.clone(), &url);
                     if path == &"/v1/tokens" && method == Method::POST {
                         req = req.json(&json!({"name": format!("new-{n}"), "role": "viewer", "tenant": tenant}));

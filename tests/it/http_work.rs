@@ -236,7 +236,7 @@ async fn without_a_tenant_registry_starting_work_and_tenants_answer_503() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = tokio_util::sync::CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::serve::run(e, Some(listener), None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::serve::run(e, Some(listener), None, None, None, s).await.unwrap() });
     let admin = token(&engine, "admin", Role::Admin, None).await;
     let http = reqwest::Client::new();
     let r = http
@@ -255,4 +255,49 @@ async fn without_a_tenant_registry_starting_work_and_tenants_answer_503() {
     let r = http.get(format!("{base}/v1/drift")).bearer_auth(&admin).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_lists_a_flows_calls_in_order_and_changes_nothing() {
+    let db = TestDb::new().await;
+    let a = app(&db, AppOptions::default()).await;
+    let mut alice = FakeUser::new(7, "alice", &["tenant-foo-users", "tenant-foo-ml"]);
+    alice.attributes = json!({ "sshPublicKey": crate::flows_support::KEY });
+    a.fake.lock().unwrap().users.insert(7, alice);
+    let viewer = token(&a.engine, "viewer", Role::Viewer, None).await;
+
+    let (status, plan) = get(&a, &viewer, "/v1/plans/user.onboard?tenant=foo&user=alice").await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["stopped"], Value::Null, "{plan}");
+    assert_eq!(plan["input"]["account"], "ml-team-foo", "placed by her Authentik groups");
+    let steps: Vec<&str> = plan["steps"].as_array().unwrap().iter().map(|s| s["step"].as_str().unwrap()).collect();
+    let at = |s: &str| steps.iter().position(|x| *x == s).unwrap_or_else(|| panic!("{s}: {steps:?}"));
+    assert!(at("propagation_wait") < at("slurm_association") && at("slurm_association") < at("smoke_test"));
+    let writes: Vec<String> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["effects"].as_array().unwrap().clone())
+        .filter(|e| e["write"] == true)
+        .map(|e| e["call"].as_str().unwrap().to_string())
+        .collect();
+    assert!(writes.iter().any(|c| c.starts_with("sacctmgr -i add user alice Account=ml-team-foo")), "{writes:?}");
+    assert!(writes.iter().any(|c| c.starts_with("mkdir -m 700 -- /home/.onramp-new-alice")), "{writes:?}");
+    // Authentik was only read; no job was made
+    assert!(a.fake.lock().unwrap().users[&7].is_active);
+    let (_, jobs) = get(&a, &viewer, "/v1/jobs").await;
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 0);
+
+    let bar = token(&a.engine, "bar", Role::Admin, Some("bar")).await;
+    assert_eq!(get(&a, &bar, "/v1/plans/user.onboard?tenant=foo&user=alice").await.0, StatusCode::FORBIDDEN);
+    for (path, says) in [
+        ("/v1/plans/user.dance?tenant=foo&user=alice", "no plan for flow"),
+        ("/v1/plans/user.onboard?tenant=foo", "needs a user"),
+        ("/v1/plans/tenant.onboard?tenant=nope", "not in the tenant registry"),
+        ("/v1/plans/user.onboard?tenant=foo&user=Bad%3BName", "user:"),
+    ] {
+        let (status, p) = get(&a, &viewer, path).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {p}");
+        assert!(p["detail"].as_str().unwrap().contains(says), "{path}: {p}");
+    }
 }

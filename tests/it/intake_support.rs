@@ -305,6 +305,8 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
     state.intake = Some(intake);
     state.tenants = Some(setup.tenants.clone());
+    let authentik = Some(setup.reconciler.authentik.clone());
+    state.plans = Some(Arc::new(onramp::dryrun::plan::Planner { cfg: dry_config(), authentik }));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -317,6 +319,20 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         cluster,
         http: reqwest::Client::new(),
         stop,
+    }
+}
+
+/// Plans with the settings' defaults.
+pub fn dry_config() -> onramp::dryrun::sim::DryConfig {
+    onramp::dryrun::sim::DryConfig {
+        cluster: onramp::names::ClusterName::parse("production").unwrap(),
+        k8s: onramp::k8s::K8sArgs::defaults(),
+        storage: onramp::storage::StorageArgs::defaults(),
+        timings: onramp::flows::Timings::default(),
+        archive_dir: onramp::slurm::HostPath::parse("/var/spool/slurm/archive").unwrap(),
+        login_address: "login.example".into(),
+        notify: true,
+        batch_window: Duration::ZERO,
     }
 }
 
