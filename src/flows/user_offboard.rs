@@ -54,21 +54,29 @@ impl Flow for UserOffboard {
             let input: Input = tri!(ctx.input());
             let n = tri!(names(&input.tenant, &input.account, &input.username));
             let b = &*self.0;
-            let scope = JobScope::User(n.user.clone());
+            // only this tenant's associations and jobs: a user may belong to several tenants
+            let accounts = tenant_accounts(b, &n);
+            let scope = JobScope::UserIn(n.user.clone(), accounts.clone());
             match STEPS[step] {
                 "block" => {
-                    let e = step_try!(b.slurm.block_user(&n.user).await, "block the user");
+                    let e = step_try!(b.slurm.block_user(&n.user, &accounts).await, "block the user");
                     let state = step_try!(b.slurm.user(&n.user).await, "read the user back");
-                    let blocked: Vec<String> = state
+                    let ours: Vec<&crate::slurm::Association> = state
                         .iter()
                         .flat_map(|s| &s.assocs)
-                        .filter(|a| a.is_blocked())
-                        .map(|a| a.account.clone())
+                        .filter(|a| accounts.iter().any(|x| x.as_str() == a.account))
                         .collect();
-                    if state.is_some() && blocked.is_empty() {
-                        return Transition::Retry(format!("{} does not show as blocked yet", n.user));
+                    if let Some(a) = ours.iter().find(|a| !a.is_blocked()) {
+                        return Transition::Retry(format!("{} does not show as blocked in {} yet", n.user, a.account));
                     }
-                    Transition::Done(json!({ "changed": e.changed, "blocked": blocked }))
+                    let blocked: Vec<&str> = ours.iter().map(|a| a.account.as_str()).collect();
+                    let elsewhere: Vec<&str> = state
+                        .iter()
+                        .flat_map(|s| &s.assocs)
+                        .filter(|a| !accounts.iter().any(|x| x.as_str() == a.account))
+                        .map(|a| a.account.as_str())
+                        .collect();
+                    Transition::Done(json!({ "changed": e.changed, "blocked": blocked, "left_alone": elsewhere }))
                 }
                 "cancel_pending" => {
                     let c = step_try!(b.slurm.cancel_pending(&scope).await, "cancel pending jobs");
@@ -190,7 +198,8 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
         Ok(u) if u.is_active && b.tenants.placements(&u.group_names()).iter().any(|(_, a)| a == &n.account) => {
             let tenant = tri!(b.tenant(n.tenant.as_str()));
             let limits = tri!(specs::user_limits(tenant).map_err(Transition::Fail));
-            step_try!(b.slurm.unblock_user(&n.user, &limits).await, "restore the re-added user");
+            let accounts = tenant_accounts(b, n);
+            step_try!(b.slurm.unblock_user(&n.user, &accounts, &limits).await, "restore the re-added user");
             return Transition::Done(json!({ "deleted": false, "restored": true,
                                             "why": "active member again: restored instead of deleted" }));
         }
@@ -207,6 +216,15 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
         Deleted::AlreadyGone => vec![],
     };
     Transition::Done(json!({ "deleted": true, "removed": removed, "user_record_left": after.is_some() }))
+}
+
+/// The tenant's accounts (those an offboarding from it blocks), or the job's account alone when
+/// the tenant has left the registry.
+fn tenant_accounts(b: &Backends, n: &Names) -> Vec<crate::names::SlurmAccount> {
+    match b.tenants.tenant(n.tenant.as_str()) {
+        Some(t) => t.accounts(),
+        None => vec![n.account.clone()],
+    }
 }
 
 /// The order the runbook insists on: a delete only after this job's snapshot and archive succeeded.

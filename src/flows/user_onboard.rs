@@ -263,7 +263,8 @@ async fn association(b: &Backends, n: &Names) -> Transition {
     let mut unblocked = false;
     // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
     if assoc.is_blocked() || assoc.max_submit_jobs == crate::slurm::Limit::At(0) {
-        step_try!(b.slurm.unblock_user(&n.user, &limits).await, "lift the offboarding block");
+        let accounts = tenant.accounts();
+        step_try!(b.slurm.unblock_user(&n.user, &accounts, &limits).await, "lift the offboarding block");
         unblocked = true;
     }
     Transition::Done(json!({ "account": n.account, "created": ensured.created, "changed": ensured.changed,

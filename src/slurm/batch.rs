@@ -126,11 +126,16 @@ impl Slurm for Batching {
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
         self.inner.associations(accounts)
     }
-    fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured> {
-        self.inner.block_user(user)
+    fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured> {
+        self.inner.block_user(user, accounts)
     }
-    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured> {
-        self.inner.unblock_user(user, limits)
+    fn unblock_user<'a>(
+        &'a self,
+        user: &'a Username,
+        accounts: &'a [SlurmAccount],
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured> {
+        self.inner.unblock_user(user, accounts, limits)
     }
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured> {
         self.inner.block_account(account)

@@ -92,8 +92,10 @@ impl SlurmCli {
     /// An account scope is the account and every account below it: jobs are charged to the
     /// team accounts, and squeue/scancel `--account=tenant` would not see them.
     async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {
-        let JobScope::Account(a) = scope else {
-            return Ok(vec![]);
+        let a = match scope {
+            JobScope::Account(a) => a,
+            JobScope::UserIn(_, accounts) => return Ok(accounts.clone()),
+            JobScope::User(_) => return Ok(vec![]),
         };
         let (tree, _) = self.subtree(a).await?;
         let mut accounts: Vec<SlurmAccount> = tree.iter().filter_map(|n| SlurmAccount::parse(n).ok()).collect();
@@ -106,6 +108,7 @@ impl SlurmCli {
     fn who<'a>(scope: &'a JobScope, accounts: &'a [SlurmAccount]) -> command::Who<'a> {
         match scope {
             JobScope::User(u) => command::Who::User(u),
+            JobScope::UserIn(u, _) => command::Who::UserIn(u, accounts),
             JobScope::Account(_) => command::Who::Accounts(accounts),
         }
     }
@@ -225,11 +228,16 @@ impl Slurm for SlurmCli {
             parse::assocs(&cmd.to_string(), &self.read(&cmd).await?)
         })
     }
-    fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured> {
-        Box::pin(self.set_user_block(user, None))
+    fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured> {
+        Box::pin(self.set_user_block(user, accounts, None))
     }
-    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured> {
-        Box::pin(self.set_user_block(user, Some(limits)))
+    fn unblock_user<'a>(
+        &'a self,
+        user: &'a Username,
+        accounts: &'a [SlurmAccount],
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured> {
+        Box::pin(self.set_user_block(user, accounts, Some(limits)))
     }
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, None))

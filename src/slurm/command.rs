@@ -138,18 +138,24 @@ pub fn delete_accounts(cluster: Option<&ClusterName>, names: &[SlurmAccount]) ->
 pub enum Who<'a> {
     User(&'a Username),
     Accounts(&'a [SlurmAccount]),
+    UserIn(&'a Username, &'a [SlurmAccount]),
 }
 
 fn who_arg(who: &Who) -> String {
     match who {
         Who::User(u) => format!("--user={u}"),
         Who::Accounts(a) => format!("--account={}", list(a)),
+        Who::UserIn(_, a) => format!("--account={}", list(a)),
     }
 }
 
 /// Jobs slurmctld still knows (pending, running, completing, …).
 pub fn squeue(who: &Who) -> Command {
-    Command::new("squeue").args(["--noheader".to_string(), format!("--format={SQUEUE_FORMAT}"), who_arg(who)])
+    let c = Command::new("squeue").args(["--noheader".to_string(), format!("--format={SQUEUE_FORMAT}"), who_arg(who)]);
+    match who {
+        Who::UserIn(u, _) => c.arg(format!("--user={u}")),
+        _ => c,
+    }
 }
 
 /// Cancels a user's jobs (`--user`), or jobs by id: scancel's `--account` takes one account
@@ -160,7 +166,7 @@ pub fn scancel(who: &Who, ids: &[&str], pending_only: bool) -> Command {
     let c = if pending_only { c.arg("--state=PENDING") } else { c };
     match who {
         Who::User(u) => c.arg(format!("--user={u}")),
-        Who::Accounts(_) => c.arg("--").args(ids.iter().map(|i| i.to_string())),
+        Who::Accounts(_) | Who::UserIn(..) => c.arg("--").args(ids.iter().map(|i| i.to_string())),
     }
 }
 
@@ -229,5 +235,9 @@ mod tests {
         assert_eq!(squeue(&t).argv()[3], "--account=tenant-foo,ml-team-foo");
         assert_eq!(scancel(&t, &["12", "13_[1-4]"], false).argv(), ["scancel", "--", "12", "13_[1-4]"]);
         assert!(is_job_id("13_[1-4]") && !is_job_id("-1") && !is_job_id("1;x") && !is_job_id(""));
+        // one tenant's jobs of a user: both filters for squeue, the ids it listed for scancel
+        let ut = Who::UserIn(&alice, &accounts);
+        assert_eq!(squeue(&ut).argv()[3..], ["--account=tenant-foo,ml-team-foo", "--user=alice"]);
+        assert_eq!(scancel(&ut, &["12"], true).argv(), ["scancel", "--state=PENDING", "--", "12"]);
     }
 }

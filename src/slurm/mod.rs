@@ -56,11 +56,18 @@ pub trait Slurm: Send + Sync {
     /// Every association (accounts' and users') whose account is one of `accounts`, in one read.
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>>;
 
-    /// `MaxJobs=0 GrpJobs=0 MaxSubmitJobs=0` on each of the user's associations: running jobs go
-    /// on, nothing new starts, and sbatch refuses new jobs.
-    fn block_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Ensured>;
-    /// Lifts the block: MaxJobs and GrpJobs from `limits` (unlimited when unset), MaxSubmitJobs cleared.
-    fn unblock_user<'a>(&'a self, user: &'a Username, limits: &'a UserLimits) -> SlurmFuture<'a, Ensured>;
+    /// `MaxJobs=0 GrpJobs=0 MaxSubmitJobs=0` on each of the user's associations with `accounts`
+    /// (one tenant's): running jobs go on, nothing new starts, and sbatch refuses new jobs there.
+    /// Associations with other accounts (another tenant's) are left alone.
+    fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured>;
+    /// Lifts the block on the associations with `accounts`: MaxJobs and GrpJobs from `limits`
+    /// (unlimited when unset), MaxSubmitJobs cleared.
+    fn unblock_user<'a>(
+        &'a self,
+        user: &'a Username,
+        accounts: &'a [SlurmAccount],
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured>;
     /// `GrpJobs=0 GrpSubmitJobs=0` on the account: caps its whole subtree.
     fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured>;
     /// Lifts the block: GrpJobs to `grp_jobs`, GrpSubmitJobs cleared.

@@ -303,11 +303,13 @@ pub struct Job {
     pub reason: String,
 }
 
-/// Whose jobs: a user's (on any account), or an account's and its sub-accounts'.
+/// Whose jobs: a user's (on any account), a user's in some accounts (one tenant's, when the user
+/// belongs to several tenants), or an account's and its sub-accounts'.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobScope {
     User(Username),
+    UserIn(Username, Vec<SlurmAccount>),
     Account(SlurmAccount),
 }
 
@@ -315,6 +317,10 @@ impl fmt::Display for JobScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JobScope::User(u) => write!(f, "user {u}"),
+            JobScope::UserIn(u, a) => {
+                let a: Vec<&str> = a.iter().map(SlurmAccount::as_str).collect();
+                write!(f, "user {u} in {}", a.join(","))
+            }
             JobScope::Account(a) => write!(f, "account {a}"),
         }
     }

@@ -153,19 +153,30 @@ impl SlurmCli {
     pub(super) async fn set_user_block(
         &self,
         user: &Username,
+        accounts: &[SlurmAccount],
         unblock: Option<&UserLimits>,
     ) -> Result<Ensured, SlurmError> {
         let values = block_values(unblock);
-        let Some(state) = self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str()) else {
+        let one = std::slice::from_ref(user);
+        let ours = |a: &Association| accounts.iter().any(|x| x.as_str() == a.account);
+        let Some(state) = self.read_users(one).await?.remove(user.as_str()) else {
             return Ok(Ensured::default()); // no associations: nothing can run
         };
-        if state.assocs.iter().all(|a| holds(a, &values)) {
+        let todo: Vec<SlurmAccount> = state
+            .assocs
+            .iter()
+            .filter(|a| ours(a) && !holds(a, &values))
+            .filter_map(|a| SlurmAccount::parse(&a.account).ok())
+            .collect();
+        if todo.is_empty() {
             return Ok(Ensured::default());
         }
         let sets: Sets = values.iter().map(|(k, v)| (*k, v.arg())).collect();
-        self.write(&command::modify_users(&self.cluster, std::slice::from_ref(user), None, &sets)).await?;
-        let back = self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str());
-        let assocs = back.map(|s| s.assocs).unwrap_or_default();
+        for account in &todo {
+            self.write(&command::modify_users(&self.cluster, one, Some(account), &sets)).await?;
+        }
+        let back = self.read_users(one).await?.remove(user.as_str());
+        let assocs: Vec<Association> = back.map(|s| s.assocs).unwrap_or_default().into_iter().filter(ours).collect();
         if let Some(a) = assocs.iter().find(|a| !holds(a, &values)) {
             return Err(SlurmError::NotConverged {
                 what: format!("{} {user}", if unblock.is_some() { "unblocking" } else { "blocking" }),
@@ -176,7 +187,7 @@ impl SlurmCli {
                 ),
             });
         }
-        Ok(Ensured { created: vec![], changed: assocs.iter().map(|a| format!("{}: job limits", a.account)).collect() })
+        Ok(Ensured { created: vec![], changed: todo.iter().map(|a| format!("{a}: job limits")).collect() })
     }
 
     /// Deletes one association (`Some(account)`) or the user (`None`).

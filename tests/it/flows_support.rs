@@ -244,6 +244,11 @@ impl Harness {
         }
     }
 
+    /// An account standing for a second tenant carol also belongs to (deleted with the harness).
+    pub fn other_tenant_account(&self) -> String {
+        format!("{}-other", self.tenant)
+    }
+
     /// The tenant's accounts in Slurm as the registry says (what tenant onboarding makes).
     pub async fn ensure_tenant_accounts(&self) {
         let t = self.backends.tenants.tenant(&self.tenant).unwrap();
@@ -326,9 +331,14 @@ impl Harness {
 
     /// Carol's jobs submitted with sbatch as her: the job id, or sbatch's refusal.
     pub fn sbatch(&self, extra: &[&str]) -> Result<String, String> {
+        self.sbatch_in(&self.team.clone(), extra)
+    }
+
+    /// The same, charged to `account`.
+    pub fn sbatch_in(&self, account: &str, extra: &[&str]) -> Result<String, String> {
         let o = std::process::Command::new("runuser")
             .args(["-u", UNIX_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "--time=10"])
-            .arg(format!("--account={}", self.team))
+            .arg(format!("--account={account}"))
             .args(extra)
             .args(["--wrap", "sleep 300"])
             .output()
@@ -395,7 +405,8 @@ impl Drop for Harness {
         let run = |args: &[&str]| {
             let _ = std::process::Command::new(args[0]).args(&args[1..]).output();
         };
-        for a in [&self.team, &self.account] {
+        let other = self.other_tenant_account();
+        for a in [&self.team, &self.account, &other] {
             run(&["scancel", &format!("--account={a}")]);
         }
         run(&["scancel", "-u", UNIX_USER]);
@@ -410,5 +421,7 @@ impl Drop for Harness {
         ]);
         run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.team)]);
         run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.account)]);
+        run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={UNIX_USER}"), &format!("account={other}")]);
+        run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={other}")]);
     }
 }

@@ -313,3 +313,45 @@ async fn a_user_re_added_during_retention_is_restored() {
     assert!(h.sbatch(&["--test-only"]).is_ok(), "can submit again");
     assert!(h.storage_calls().iter().all(|c| !c.join(" ").contains("snapshot")), "nothing was archived");
 }
+
+#[tokio::test]
+async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
+    use onramp::names::{SlurmAccount, Username};
+    use onramp::slurm::{AccountLimits, AccountSpec, SlurmText, UserLimits};
+    let _one = CAROL.lock().await;
+    let h = Harness::start(short()).await;
+    onboarded(&h).await;
+    // carol also works for another tenant, with a pending job there
+    let other = h.other_tenant_account();
+    let text = SlurmText::parse("another tenant").unwrap();
+    let spec = AccountSpec {
+        name: SlurmAccount::parse(&other).unwrap(),
+        parent: None,
+        description: text.clone(),
+        organization: text,
+        limits: AccountLimits::default(),
+    };
+    h.backends.slurm.ensure_account(&spec).await.unwrap();
+    let carol = [Username::parse(UNIX_USER).unwrap()];
+    let limits = UserLimits { max_jobs: Some(onramp::slurm::Limit::At(5)), ..Default::default() };
+    h.backends.slurm.add_users(&spec.name, &carol, false, &limits).await.unwrap();
+    let elsewhere = h.sbatch_in(&other, &["--begin=now+3600"]).unwrap();
+
+    h.set_member(false, true);
+    let id = h.engine.enqueue(&[offboard_job(&h)]).await.unwrap()[0].id;
+    let done = eventually(T, "the offboarding to end", || async {
+        let j = h.engine.job(id).await.unwrap();
+        matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)
+    })
+    .await;
+    assert_eq!(done.state, "succeeded", "{:?} at {}: {}", done.last_error, done.step, done.outputs);
+    assert_eq!(done.outputs["block"]["left_alone"], json!([other]), "{}", done.outputs);
+    assert_eq!(done.outputs["disable_login"]["authentik"], "deactivated");
+    // gone from this tenant; in the other one she is unblocked, her pending job is still there
+    assert!(carol_rows(&h, &h.assocs().await).is_empty());
+    let state = h.backends.slurm.user(&carol[0]).await.unwrap().expect("carol is still a Slurm user");
+    let a = state.assocs.iter().find(|a| a.account == other).expect("the other tenant's association");
+    assert!(!a.is_blocked() && a.max_submit_jobs != onramp::slurm::Limit::At(0), "{a:?}");
+    assert!(h.squeue().iter().any(|(i, _)| *i == elsewhere), "{:?}", h.squeue());
+    assert!(h.sbatch_in(&other, &["--test-only"]).is_ok());
+}

@@ -61,7 +61,8 @@ async fn hostile_names_never_reach_an_argv() {
         UserSpec { user: user("alice"), account: acct("ml-team-foo"), default_account: true, limits: user_limits() };
     let _ = s.ensure_user(&u).await;
     let _ = s.add_users(&acct("ml-team-foo"), &[user("bob"), user("carol")], true, &user_limits()).await;
-    let _ = s.block_user(&user("alice")).await;
+    let _ = s.block_user(&user("alice"), &[acct("ml-team-foo")]).await;
+    let _ = s.cancel_pending(&JobScope::UserIn(user("alice"), vec![acct("ml-team-foo"), acct("tenant-foo")])).await;
     let _ = s.cancel_pending(&JobScope::User(user("alice"))).await;
     let _ = s.delete_account(&acct("tenant-foo")).await;
     let cmds = rec.commands();

@@ -19,8 +19,8 @@ async fn a_real_user_can_submit_until_blocked_and_again_after_unblock() {
     let o = test_only();
     assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("to start at"), "{o:?}");
 
-    assert!(!s.block_user(&user(unix)).await.unwrap().is_noop());
-    assert!(s.block_user(&user(unix)).await.unwrap().is_noop());
+    assert!(!s.block_user(&user(unix), &[acct(&a)]).await.unwrap().is_noop());
+    assert!(s.block_user(&user(unix), &[acct(&a)]).await.unwrap().is_noop());
     assert!(assoc(&s.associations(&[acct(&a)]).await.unwrap(), &a, unix).is_blocked());
     let o = runuser(unix, &["sbatch", &format!("--account={a}"), "--time=1", "-o", "/dev/null", "--wrap", "true"]);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -36,8 +36,8 @@ async fn a_real_user_can_submit_until_blocked_and_again_after_unblock() {
     }
 
     let limits = user_limits();
-    assert!(!s.unblock_user(&user(unix), &limits).await.unwrap().is_noop());
-    assert!(s.unblock_user(&user(unix), &limits).await.unwrap().is_noop());
+    assert!(!s.unblock_user(&user(unix), &[acct(&a)], &limits).await.unwrap().is_noop());
+    assert!(s.unblock_user(&user(unix), &[acct(&a)], &limits).await.unwrap().is_noop());
     let x = assoc(&s.associations(&[acct(&a)]).await.unwrap(), &a, unix).clone();
     assert_eq!((x.max_jobs, x.grp_jobs, x.max_submit_jobs), (Limit::At(20), Limit::Unlimited, Limit::Unlimited));
     assert!(test_only().status.success());
