@@ -229,6 +229,75 @@ async fn restore_readded(
     Ok(cancelled)
 }
 
+/// The tenant-wide form of [`restore_readded`]: the open offboardings of the tenant whose user is
+/// an active member placed under the same account again are cancelled, and an onboarding (which
+/// lifts the block) is added to `actions`. Returns the cancelled job ids.
+async fn restore_in_tenant(
+    r: &Reconciler,
+    t: &crate::tenants::Tenant,
+    members: &BTreeMap<String, Vec<crate::authentik::User>>,
+    actions: &mut Vec<Action>,
+) -> Result<Vec<i64>, String> {
+    use crate::engine::{JobFilter, JobState};
+    let Some(engine) = r.engine() else {
+        return Ok(vec![]);
+    };
+    let mut open = vec![];
+    for state in [JobState::Pending, JobState::Running, JobState::Waiting, JobState::NeedsApproval, JobState::Failed] {
+        let f = JobFilter {
+            state: Some(state),
+            kind: Some(USER_OFFBOARD.into()),
+            subject: Some(format!("{}/", t.name)),
+            limit: 1000,
+            ..Default::default()
+        };
+        open.extend(engine.list(&f).await.map_err(|e| e.to_string())?);
+    }
+    if open.is_empty() {
+        return Ok(vec![]);
+    }
+    // each active member's groups among this tenant's
+    let mut users: BTreeMap<i64, (&crate::authentik::User, Vec<String>)> = BTreeMap::new();
+    for (g, list) in members {
+        for u in list.iter().filter(|u| u.is_active) {
+            users.entry(u.pk).or_insert((u, vec![])).1.push(g.clone());
+        }
+    }
+    let mut cancelled = vec![];
+    for (u, groups) in users.values() {
+        let Ok(m) = plan::member(&r.tenants, u) else { continue };
+        for account in t.placement(groups) {
+            let subject = format!("{}/{}", t.name, m.username);
+            let superseded: Vec<i64> = open
+                .iter()
+                .filter(|j| j.subject == subject && j.input["account"].as_str() == Some(account.as_str()))
+                .map(|j| j.id)
+                .collect();
+            if superseded.is_empty() {
+                continue;
+            }
+            for id in superseded {
+                let why = "the user is an active member again: restored instead of offboarded";
+                match engine.cancel(id, &Actor::reconciler(), Some(why)).await {
+                    Ok(_) => cancelled.push(id),
+                    Err(e) => tracing::warn!(job = id, error = %e, "could not cancel a superseded offboarding"),
+                }
+            }
+            if !actions.iter().any(|a| a.op == Op::Onboard && a.account == account && a.username == m.username) {
+                actions.push(Action {
+                    op: Op::Onboard,
+                    tenant: t.name.clone(),
+                    account: account.clone(),
+                    username: m.username.clone(),
+                    member: Some(m.clone()),
+                    reason: format!("re-added while offboarding under {account}: restore"),
+                });
+            }
+        }
+    }
+    Ok(cancelled)
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct TenantsInput {
     /// None: every tenant.
@@ -314,6 +383,7 @@ async fn reconcile_tenants(
         }
         let mut actions = p.onboard.clone();
         actions.extend(p.offboard.iter().cloned());
+        let restored = restore_in_tenant(r, t, &members, &mut actions).await?;
         let jobs = enqueue(r, &actions, cause).await?;
         let mut hold = Value::Null;
         if let Some(reason) = &p.brake_reason {
@@ -339,6 +409,7 @@ async fn reconcile_tenants(
             "hold_job": hold,
             "reason": p.brake_reason,
             "skipped": p.skipped,
+            "cancelled_offboardings": restored,
             "members": counts,
         }));
     }

@@ -278,12 +278,16 @@ impl Harness {
     }
 
     pub async fn post_user_event(&self) -> reqwest::Response {
-        let body = intake_support::structured(
-            &uuid::Uuid::new_v4().simple().to_string(),
-            "model_updated",
-            intake_support::user_model(PK),
-            None,
-        );
+        self.post_event(intake_support::user_model(PK)).await
+    }
+
+    /// "The tenant's group was updated" (membership changes arrive so, without naming the user).
+    pub async fn post_group_event(&self) -> reqwest::Response {
+        self.post_event(intake_support::group_model(&self.group)).await
+    }
+
+    async fn post_event(&self, model: Value) -> reqwest::Response {
+        let body = intake_support::structured(&uuid::Uuid::new_v4().simple().to_string(), "model_updated", model, None);
         let raw = serde_json::to_vec(&body).unwrap();
         let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
         let ts = intake_support::now();

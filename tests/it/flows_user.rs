@@ -283,6 +283,16 @@ async fn offboarding_blocks_cancels_drains_keeps_archives_then_deletes() {
 
 #[tokio::test]
 async fn a_user_re_added_during_retention_is_restored() {
+    re_added_during_retention(false).await;
+}
+
+#[tokio::test]
+async fn a_user_re_added_during_retention_is_restored_on_a_group_event() {
+    re_added_during_retention(true).await;
+}
+
+/// `via_group`: the webhook names the tenant's group (a tenant reconcile), not the user.
+async fn re_added_during_retention(via_group: bool) {
     let _one = CAROL.lock().await;
     let mut t = short();
     t.retention = Duration::from_secs(3600);
@@ -299,7 +309,8 @@ async fn a_user_re_added_during_retention_is_restored() {
 
     // Re-added (and reactivated) in Authentik; the webhook says the user changed.
     h.set_member(true, true);
-    assert_eq!(h.post_user_event().await.status().as_u16(), 202);
+    let res = if via_group { h.post_group_event().await } else { h.post_user_event().await };
+    assert_eq!(res.status().as_u16(), 202);
     wait_state(&h.engine, off, "cancelled", T).await;
     let on = eventually(T, "the restoring onboarding", || async {
         let j = h.jobs(USER_ONBOARD).await;
