@@ -73,15 +73,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// The backends the user and tenant flows act on, built from the settings: Kubernetes (and
 /// through it the slurmctld and login pods), Slurm, storage, notifications, Authentik.
 async fn backends(args: &ServeArgs, setup: &IntakeSetup, pool: &sqlx::PgPool) -> anyhow::Result<Arc<flows::Backends>> {
+    use crate::dryrun::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
     use crate::names::ClusterName;
+    // every command and request a step makes is kept with its attempt (the dashboard shows them)
+    let log = crate::dryrun::EffectLog::attempts_only();
     let k8s = crate::k8s::K8s::connect(args.k8s.clone()).await.context("Kubernetes (ONRAMP_KUBECONFIG)")?;
-    let kube: Arc<dyn crate::k8s::Kubernetes> = Arc::new(k8s.clone());
+    let kube: Arc<dyn crate::k8s::Kubernetes> =
+        Arc::new(RecordingK8s { inner: Arc::new(k8s.clone()), settings: args.k8s.clone(), log: log.clone() });
     let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
     // replicas write to slurmdbd one at a time (22.05 loses concurrent writes)
     let slurm = crate::slurm::SlurmCli::new(kube.slurmctld(), cluster)
         .with_timeout(args.slurm.slurm_timeout)
         .with_write_gate(Arc::new(db::PgWriteGate::new(pool)));
     let transport = args.storage.storage_run_in.transport(Some(&k8s)).map_err(anyhow::Error::msg)?;
+    let transport = RecordingTransport::wrap("storage", transport, &log);
     let storage = crate::storage::CommandStorage::new(transport, args.storage.clone()).context("storage settings")?;
     let notifier: Option<Arc<dyn crate::notify::Notifier>> =
         match crate::notify::Email::from_settings(&args.notify).context("ONRAMP_SMTP_URL")? {
@@ -93,15 +98,17 @@ async fn backends(args: &ServeArgs, setup: &IntakeSetup, pool: &sqlx::PgPool) ->
                 None => None,
             },
         };
+    let notifier = notifier.map(|n| Arc::new(RecordingNotifier { inner: n, log: log.clone() }) as _);
     let archive = crate::slurm::HostPath::parse(&args.flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?;
     let slurm = crate::slurm::Batching::new(Arc::new(slurm), args.slurm.slurm_batch_window);
+    let authentik = Arc::new(RecordingAuthentik { inner: setup.reconciler.authentik.clone(), log });
     Ok(flows::Backends::new(
         Arc::new(slurm),
         kube,
         args.k8s.clone(),
         Arc::new(storage),
         notifier,
-        setup.reconciler.authentik.clone(),
+        authentik,
         setup.tenants.clone(),
         args.flows.timings(),
         archive,

@@ -30,23 +30,40 @@ impl std::fmt::Display for Effect {
     }
 }
 
-/// Where recorders append; cheap to clone (shared).
-#[derive(Clone, Default)]
-pub struct EffectLog(Arc<Mutex<Vec<Effect>>>);
+/// Where recorders append; cheap to clone (shared). Every effect also goes to the running step
+/// attempt's record (`crate::engine::effects`), which `onramp serve` keeps with the attempt.
+#[derive(Clone)]
+pub struct EffectLog(Option<Arc<Mutex<Vec<Effect>>>>);
+
+impl Default for EffectLog {
+    /// Keeps every effect (plans, dev, tests).
+    fn default() -> Self {
+        Self(Some(Arc::default()))
+    }
+}
 
 impl EffectLog {
+    /// Keeps nothing itself: effects go to the step attempts' records only (`onramp serve`).
+    pub fn attempts_only() -> Self {
+        Self(None)
+    }
+
     pub fn push(&self, system: &str, call: String, write: bool) {
-        self.0.lock().expect("effect log").push(Effect { system: system.to_string(), call, write });
+        let e = Effect { system: system.to_string(), call, write };
+        crate::engine::effects::record(serde_json::to_value(&e).unwrap_or_default());
+        if let Some(log) = &self.0 {
+            log.lock().expect("effect log").push(e);
+        }
     }
     pub fn len(&self) -> usize {
-        self.0.lock().expect("effect log").len()
+        self.0.as_ref().map_or(0, |l| l.lock().expect("effect log").len())
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// Everything recorded from position `from` on.
     pub fn since(&self, from: usize) -> Vec<Effect> {
-        self.0.lock().expect("effect log")[from..].to_vec()
+        self.0.as_ref().map_or(vec![], |l| l.lock().expect("effect log")[from..].to_vec())
     }
     pub fn all(&self) -> Vec<Effect> {
         self.since(0)

@@ -35,6 +35,7 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
         poll_for: Duration::ZERO,
         error: None,
         output: None,
+        effects: None,
     };
     let fail = |mut w: StepWrite, outcome: &'static str, msg: String| {
         w.outcome = outcome;

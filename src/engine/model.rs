@@ -141,6 +141,8 @@ pub struct StepRun {
     pub output: Option<Value>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub next_run_at: Option<OffsetDateTime>,
+    /// The commands and requests the attempt made: `[{system, call, write}]`.
+    pub effects: Option<Value>,
 }
 
 #[derive(Clone, Debug, Serialize, sqlx::FromRow)]

@@ -232,6 +232,8 @@ pub struct StepWrite {
     pub poll_for: Duration,
     pub error: Option<String>,
     pub output: Option<Value>,
+    /// The commands and requests the attempt made (a JSON array), if any.
+    pub effects: Option<Value>,
 }
 
 /// Writes results of many attempts in one statement. Each write is fenced by the attempt it
@@ -242,9 +244,10 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
     let ids = sqlx::query_scalar(
         "with v as (
            select * from unnest($2::bigint[], $3::int[], $4::int[], $5::text[], $6::text[], $7::int[],
-                                $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::jsonb[], $13::text[])
+                                $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::jsonb[], $13::text[],
+                                $16::jsonb[])
              as v(id, step_index, attempt, outcome, new_state, new_step_index, new_step, delay_ms,
-                  poll_for_ms, error, output, step)),
+                  poll_for_ms, error, output, step, effects)),
          upd as (
            update jobs j set
              state = v.new_state,
@@ -276,7 +279,7 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
            returning j.id, j.run_at),
          fin as (
            update step_runs s set finished_at = now(), outcome = v.outcome, error = v.error,
-                  output = v.output,
+                  output = v.output, effects = v.effects,
                   next_run_at = case when v.new_state in ('pending', 'waiting') then u.run_at end
            from v join upd u on u.id = v.id
            where s.job_id = v.id and s.step_index = v.step_index and s.attempt = v.attempt),
@@ -307,6 +310,7 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
     .bind(writes.iter().map(|w| w.step).collect::<Vec<_>>())
     .bind(NOTIFY_JOBS)
     .bind(closes)
+    .bind(writes.iter().map(|w| w.effects.as_ref()).collect::<Vec<_>>())
     .fetch_all(pool)
     .await?;
     Ok(ids)

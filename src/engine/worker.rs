@@ -228,7 +228,7 @@ async fn run_job(
         };
         let poll_expired = ctx.poll_expired();
         let span = tracing::info_span!("step", job = c.id, kind = %c.kind, subject = %c.subject, step = steps[idx], attempt = c.attempt);
-        let Some(t) = run_step(flow.clone(), idx, ctx, policy.timeout, &cancel).await else {
+        let Some((t, effects)) = run_step(flow.clone(), idx, ctx, policy.timeout, &cancel).await else {
             tracing::info!(parent: &span, "step stopped: the job was cancelled or the lease lost");
             return;
         };
@@ -241,7 +241,8 @@ async fn run_job(
             poll_expired,
             jitter: fastrand::f64(),
         };
-        let write = decide(&situation, t);
+        let mut write = decide(&situation, t);
+        write.effects = (!effects.is_empty()).then(|| serde_json::Value::Array(effects));
         match write.outcome {
             "done" => shared.stats.steps_done.fetch_add(1, Relaxed),
             "retry" => shared.stats.steps_retried.fetch_add(1, Relaxed),
@@ -286,23 +287,23 @@ async fn run_step(
     ctx: StepCtx,
     timeout: Duration,
     cancel: &CancellationToken,
-) -> Option<Transition> {
+) -> Option<(Transition, Vec<serde_json::Value>)> {
     let step = ctx.step;
-    let mut handle = tokio::spawn(async move { flow.run(idx, &ctx).await });
+    let mut handle = tokio::spawn(super::effects::collect(async move { flow.run(idx, &ctx).await }));
     tokio::select! {
         r = tokio::time::timeout(timeout, &mut handle) => Some(match r {
-            Ok(Ok(t)) => t,
+            Ok(Ok(done)) => done,
             Ok(Err(e)) if e.is_panic() => {
                 let p = e.into_panic();
                 let msg = p.downcast_ref::<&str>().map(|s| s.to_string())
                     .or_else(|| p.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Transition::Retry(format!("step {step} panicked: {msg}"))
+                (Transition::Retry(format!("step {step} panicked: {msg}")), vec![])
             }
-            Ok(Err(_)) => Transition::Retry(format!("step {step} was aborted")),
+            Ok(Err(_)) => (Transition::Retry(format!("step {step} was aborted")), vec![]),
             Err(_) => {
                 handle.abort();
-                Transition::Retry(format!("step {step} timed out after {timeout:?}"))
+                (Transition::Retry(format!("step {step} timed out after {timeout:?}")), vec![])
             }
         }),
         _ = cancel.cancelled() => {

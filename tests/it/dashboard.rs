@@ -74,7 +74,12 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
                     g.notified().await;
                     Transition::Done(json!({"quota": "100GB"}))
                 }
-                (1, Some("broken")) if b.load(SeqCst) => Transition::Fail("weka: quota service unreachable".into()),
+                (1, Some("broken")) if b.load(SeqCst) => {
+                    // what a backend's recorder reports: shown with the attempt
+                    let call = "weka fs quota set /home/bob --hard 100GB --soft 90GB";
+                    onramp::engine::effects::record(json!({"system": "storage", "call": call, "write": true}));
+                    Transition::Fail("weka: quota service unreachable".into())
+                }
                 _ => Transition::Done(json!({"ok": true})),
             }
         }
@@ -130,6 +135,8 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     seen("h1 [data-testid=state]".into(), "succeeded").await;
     let steps = text_of(&c, "[data-testid=steps]").await.unwrap();
     assert!(steps.contains("weka: quota service unreachable") && steps.contains("notify"), "{steps}");
+    let calls = text_of(&c, "[data-testid=effects]").await.unwrap_or_default();
+    assert!(calls.contains("storage") && calls.contains("weka fs quota set /home/bob --hard 100GB"), "{calls}");
     let audit = text_of(&c, "[data-testid=events]").await.unwrap();
     assert!(audit.contains("api:ops"), "the retry is recorded with the token's name: {audit}");
 

@@ -221,6 +221,7 @@ async fn cancel_stops_a_running_step_and_its_late_result_is_refused() {
         poll_for: Duration::ZERO,
         error: None,
         output: Some(json!(null)),
+        effects: None,
     };
     assert!(write_results(&db.pool, "w1", &[write]).await.unwrap().is_empty(), "a write after cancel must be refused");
     let j = engine.job(id).await.unwrap();

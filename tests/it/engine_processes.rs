@@ -60,6 +60,7 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
         poll_for: Duration::ZERO,
         error: Some("late".into()),
         output: None,
+        effects: None,
     };
     assert!(write_results(&db.pool, "doomed", &[late]).await.unwrap().is_empty());
     let after = engine.job(id).await.unwrap();

@@ -71,6 +71,24 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     let fp = onramp::sshkey::PublicKey::parse(KEY).unwrap().fingerprint();
     assert!(mails[0].contains(&fp), "{}", mails[0]);
 
+    // Every attempt keeps the commands and requests it made.
+    let runs = h.engine.step_runs(*id).await.unwrap();
+    let calls = |step: &str| -> Vec<String> {
+        let r = runs.iter().rev().find(|r| r.step == step && r.outcome.as_deref() == Some("done")).unwrap();
+        let list = r.effects.as_ref().and_then(|e| e.as_array()).cloned().unwrap_or_default();
+        list.iter()
+            .map(|e| format!("{} {} {}", e["write"], e["system"].as_str().unwrap(), e["call"].as_str().unwrap()))
+            .collect()
+    };
+    let assoc = calls("slurm_association");
+    assert!(
+        assoc.iter().any(|c| c.starts_with(&format!("true slurm sacctmgr -i add user {UNIX_USER} Account="))),
+        "{assoc:?}"
+    );
+    assert!(calls("home_directory").iter().any(|c| c.starts_with(&format!("true login/{} mv -T", h.tenant))));
+    assert!(calls("notify").iter().any(|c| c.starts_with("true notify send")), "{:?}", calls("notify"));
+    assert!(calls("resolve_user").iter().all(|c| c.starts_with("false authentik GET")), "{:?}", calls("resolve_user"));
+
     // Every step is in the history, with what it did.
     let o = &job.outputs;
     assert_eq!(o["key_in_secret"]["fingerprint"], fp.as_str());

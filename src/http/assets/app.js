@@ -135,6 +135,10 @@ async function jobView(id) {
     job.state === "needs_approval" ? el("button", { class: "primary", "data-testid": "approve", onclick: () => act(id, "approve") }, "Approve") : "",
     !CLOSED.includes(job.state) ? el("button", { class: "danger", "data-testid": "cancel", onclick: () => confirm(`Cancel job #${id}?`) && act(id, "cancel") }, "Cancel") : "");
   const json = (v) => (v === null || v === undefined ? "" : el("pre", {}, JSON.stringify(v, null, 2)));
+  // the commands and requests an attempt made; changes marked +
+  const effects = (list) => (!list || !list.length ? "" : el("ul", { class: "effects", "data-testid": "effects" },
+    ...list.map((e) => el("li", { class: e.write ? "write" : "read" },
+      el("span", { class: "sys" }, `${e.write ? "+" : " "} ${e.system}`), el("code", {}, e.call)))));
   $("#view").replaceChildren(
     el("p", {}, el("a", { href: "#/jobs" }, "← all jobs")),
     el("div", { class: "card" },
@@ -151,12 +155,12 @@ async function jobView(id) {
       actions, el("p", { id: "action-error", class: "error" })),
     el("h2", {}, "Steps and attempts"),
     el("table", { class: "steps", "data-testid": "steps" },
-      el("thead", {}, el("tr", {}, ...["Step", "Attempt", "Worker", "Started", "Took", "Outcome", "Error / output"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ...["Step", "Attempt", "Worker", "Started", "Took", "Outcome", "Error / calls / output"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...steps.map((r) => el("tr", {},
         el("td", {}, r.step), el("td", {}, String(r.attempt)), el("td", { class: "muted" }, r.worker),
         el("td", {}, r.started_at), el("td", {}, r.finished_at ? `${((new Date(r.finished_at) - new Date(r.started_at)) / 1000).toFixed(2)}s` : "running"),
         el("td", {}, r.outcome ? badge(r.outcome) : "", r.next_run_at ? el("div", { class: "muted" }, `next ${ago(r.next_run_at)}`) : ""),
-        el("td", {}, r.error ? el("div", { class: "error" }, r.error) : "", json(r.output)))))),
+        el("td", {}, r.error ? el("div", { class: "error" }, r.error) : "", effects(r.effects), json(r.output)))))),
     el("h2", {}, "Audit trail"),
     el("table", { "data-testid": "events" },
       el("thead", {}, el("tr", {}, ...["When", "Change", "Step", "By", "Detail"].map((h) => el("th", {}, h)))),
