@@ -242,7 +242,7 @@ async fn run_job(
             jitter: fastrand::f64(),
         };
         let mut write = decide(&situation, t);
-        write.effects = (!effects.is_empty()).then(|| serde_json::Value::Array(effects));
+        write.effects = (!effects.is_empty()).then_some(serde_json::Value::Array(effects));
         match write.outcome {
             "done" => shared.stats.steps_done.fetch_add(1, Relaxed),
             "retry" => shared.stats.steps_retried.fetch_add(1, Relaxed),
