@@ -10,6 +10,21 @@ macro_rules! tri {
     };
 }
 
+/// A flow's steps as a plain enum with their names: `steps! { pub enum Step { Block = "block", … } }`
+/// gives `Step::ALL` (in order, for `match Step::ALL[step]`) and `Step::NAMES` (the flow's `steps()`).
+macro_rules! steps {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name { $($variant),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+        }
+    };
+}
+pub(crate) use steps;
+
 pub mod backends;
 pub mod reconcile;
 pub mod selftest;
@@ -43,10 +58,10 @@ pub fn with_backends(registry: Registry, backends: Arc<Backends>) -> Registry {
 /// role): its jobs are run by worker processes, which have the backends.
 pub fn with_kinds_only(registry: Registry) -> Registry {
     registry
-        .with(KindOnly(crate::reconcile::USER_ONBOARD, &user_onboard::STEPS))
-        .with(KindOnly(crate::reconcile::USER_OFFBOARD, &user_offboard::STEPS))
-        .with(KindOnly(tenant::TENANT_ONBOARD, &tenant::ONBOARD_STEPS))
-        .with(KindOnly(tenant::TENANT_OFFBOARD, &tenant::OFFBOARD_STEPS))
+        .with(KindOnly(crate::reconcile::USER_ONBOARD, user_onboard::STEPS))
+        .with(KindOnly(crate::reconcile::USER_OFFBOARD, user_offboard::STEPS))
+        .with(KindOnly(tenant::TENANT_ONBOARD, tenant::ONBOARD_STEPS))
+        .with(KindOnly(tenant::TENANT_OFFBOARD, tenant::OFFBOARD_STEPS))
 }
 
 struct KindOnly(&'static str, &'static [&'static str]);

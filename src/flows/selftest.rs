@@ -11,16 +11,12 @@ use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
 
 pub const KIND: &str = "selftest";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    Prepare,
-    Work,
-    Finish,
-}
-
-impl Step {
-    pub const ALL: [Step; 3] = [Step::Prepare, Step::Work, Step::Finish];
-    pub const NAMES: [&'static str; 3] = ["prepare", "work", "finish"];
+crate::flows::steps! {
+    pub enum Step {
+        Prepare = "prepare",
+        Work = "work",
+        Finish = "finish",
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,7 +46,7 @@ impl Flow for SelfTest {
     }
 
     fn steps(&self) -> &'static [&'static str] {
-        &Step::NAMES
+        Step::NAMES
     }
 
     fn policy(&self, _step: usize) -> RetryPolicy {

@@ -23,18 +23,33 @@ use crate::tenants::Tenant;
 pub const TENANT_ONBOARD: &str = "tenant.onboard";
 pub const TENANT_OFFBOARD: &str = "tenant.offboard";
 
-pub const ONBOARD_STEPS: [&str; 4] = ["accounts", "network_policy", "scratch_quota", "members"];
-pub const OFFBOARD_STEPS: [&str; 9] = [
-    "block",
-    "cancel_pending",
-    "drain",
-    "delete_cluster",
-    "snapshot",
-    "archive",
-    "release_nodes",
-    "retention",
-    "delete_accounts",
-];
+crate::flows::steps! {
+    /// The steps, in order (`OnboardStep::NAMES` are their names in the job history).
+    pub enum OnboardStep {
+        Accounts = "accounts",
+        NetworkPolicy = "network_policy",
+        ScratchQuota = "scratch_quota",
+        Members = "members",
+    }
+}
+
+pub const ONBOARD_STEPS: &[&str] = OnboardStep::NAMES;
+crate::flows::steps! {
+    /// The steps, in order (`OffboardStep::NAMES` are their names in the job history).
+    pub enum OffboardStep {
+        Block = "block",
+        CancelPending = "cancel_pending",
+        Drain = "drain",
+        DeleteCluster = "delete_cluster",
+        Snapshot = "snapshot",
+        Archive = "archive",
+        ReleaseNodes = "release_nodes",
+        Retention = "retention",
+        DeleteAccounts = "delete_accounts",
+    }
+}
+
+pub const OFFBOARD_STEPS: &[&str] = OffboardStep::NAMES;
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Input {
@@ -82,7 +97,7 @@ impl Flow for TenantOnboard {
         TENANT_ONBOARD
     }
     fn steps(&self) -> &'static [&'static str] {
-        &ONBOARD_STEPS
+        ONBOARD_STEPS
     }
     fn policy(&self, _: usize) -> RetryPolicy {
         self.0.policy(8)
@@ -91,8 +106,8 @@ impl Flow for TenantOnboard {
         Box::pin(async move {
             let b = &*self.0;
             let (_, t, name) = tri!(checked(b, ctx));
-            match ONBOARD_STEPS[step] {
-                "accounts" => {
+            match OnboardStep::ALL[step] {
+                OnboardStep::Accounts => {
                     let spec = tri!(specs::tenant_spec(&t).map_err(Transition::Fail));
                     let e = step_try!(b.slurm.ensure_tenant(&spec).await, "create the tenant's accounts");
                     let accounts = t.accounts();
@@ -106,11 +121,11 @@ impl Flow for TenantOnboard {
                     }
                     Transition::Done(json!({ "created": e.created, "changed": e.changed, "accounts": accounts }))
                 }
-                "network_policy" => {
+                OnboardStep::NetworkPolicy => {
                     step_try!(b.k8s.apply_network_policy(&name).await, "apply the tenant's NetworkPolicy");
                     Transition::Done(json!({ "network_policy": format!("{name}-isolation"), "namespace": name }))
                 }
-                "scratch_quota" => {
+                OnboardStep::ScratchQuota => {
                     let Some(q) = &t.quotas.scratch else {
                         return Transition::Done(json!({ "skipped": "the tenant has no scratch quota" }));
                     };
@@ -123,8 +138,7 @@ impl Flow for TenantOnboard {
                     );
                     Transition::Done(json!({ "hard": q.hard, "soft": q.soft }))
                 }
-                "members" => members(b, &t).await,
-                other => Transition::Fail(format!("unknown step {other}")),
+                OnboardStep::Members => members(b, &t).await,
             }
         })
     }
@@ -188,7 +202,7 @@ impl Flow for TenantOffboard {
         TENANT_OFFBOARD
     }
     fn steps(&self) -> &'static [&'static str] {
-        &OFFBOARD_STEPS
+        OFFBOARD_STEPS
     }
     fn policy(&self, _: usize) -> RetryPolicy {
         self.0.policy(8)
@@ -198,38 +212,38 @@ impl Flow for TenantOffboard {
             let b = &*self.0;
             let (input, t, name) = tri!(checked(b, ctx));
             let scope = JobScope::Account(t.account.clone());
-            match OFFBOARD_STEPS[step] {
-                "block" => {
+            match OffboardStep::ALL[step] {
+                OffboardStep::Block => {
                     let e = step_try!(b.slurm.block_account(&t.account).await, "block the tenant (GrpJobs=0)");
                     Transition::Done(json!({ "account": t.account, "changed": e.changed }))
                 }
-                "cancel_pending" => {
+                OffboardStep::CancelPending => {
                     let c = step_try!(b.slurm.cancel_pending(&scope).await, "cancel the tenant's pending jobs");
                     Transition::Done(json!({ "cancelled": c.cancelled, "remaining": c.remaining }))
                 }
-                "drain" => drain(b, &scope, input.hard_cutoff, ctx).await,
-                "delete_cluster" => {
+                OffboardStep::Drain => drain(b, &scope, input.hard_cutoff, ctx).await,
+                OffboardStep::DeleteCluster => {
                     let d = step_try!(b.k8s.delete_slurm_cluster(&name).await, "delete the Slurm cluster resource");
                     Transition::Done(json!({ "slurm_cluster": format!("{d:?}") }))
                 }
-                "snapshot" => snapshot(b, &t, &name).await,
-                "archive" => {
+                OffboardStep::Snapshot => snapshot(b, &t, &name).await,
+                OffboardStep::Archive => {
                     let r = step_try!(b.slurm.archive_dump(&b.archive_dir).await, "sacctmgr archive dump");
                     Transition::Done(json!({ "directory": r.directory, "written": r.written, "message": r.message }))
                 }
-                "release_nodes" => {
+                OffboardStep::ReleaseNodes => {
                     let nodes = step_try!(b.k8s.remove_node_labels(&name).await, "remove the tenant's node labels");
                     let r = step_try!(b.k8s.delete_reservation(&name).await, "delete the tenant's Reservation");
                     Transition::Done(json!({ "unlabelled": nodes, "reservation": format!("{r:?}") }))
                 }
-                "retention" => {
+                OffboardStep::Retention => {
                     if ctx.waited {
                         Transition::Done(json!({ "retained_secs": b.timings.retention.as_secs() }))
                     } else {
                         Transition::Wait(b.timings.retention)
                     }
                 }
-                "delete_accounts" => {
+                OffboardStep::DeleteAccounts => {
                     if let Err(why) = require_snapshot_and_archive(ctx) {
                         return Transition::Fail(why);
                     }
@@ -247,7 +261,6 @@ impl Flow for TenantOffboard {
                     };
                     Transition::Done(json!({ "deleted": true, "removed": removed }))
                 }
-                other => Transition::Fail(format!("unknown step {other}")),
             }
         })
     }

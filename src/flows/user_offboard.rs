@@ -20,8 +20,22 @@ use crate::slurm::{Deleted, JobScope};
 use crate::step_try;
 use crate::storage::{Snapshot, SnapshotName, Target};
 
-pub const STEPS: [&str; 9] =
-    ["block", "cancel_pending", "drain", "disable_login", "notify", "retention", "snapshot_home", "archive", "delete"];
+crate::flows::steps! {
+    /// The steps, in order (`Step::NAMES` are their names in the job history).
+    pub enum Step {
+        Block = "block",
+        CancelPending = "cancel_pending",
+        Drain = "drain",
+        DisableLogin = "disable_login",
+        Notify = "notify",
+        Retention = "retention",
+        SnapshotHome = "snapshot_home",
+        Archive = "archive",
+        Delete = "delete",
+    }
+}
+
+pub const STEPS: &[&str] = Step::NAMES;
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Input {
@@ -40,12 +54,12 @@ impl Flow for UserOffboard {
         USER_OFFBOARD
     }
     fn steps(&self) -> &'static [&'static str] {
-        &STEPS
+        STEPS
     }
     fn policy(&self, step: usize) -> RetryPolicy {
-        match STEPS[step] {
+        match Step::ALL[step] {
             // A notification gives up after fewer tries; its failure never undoes the flow.
-            "notify" => self.0.policy(4),
+            Step::Notify => self.0.policy(4),
             _ => self.0.policy(8),
         }
     }
@@ -57,8 +71,8 @@ impl Flow for UserOffboard {
             // only this tenant's associations and jobs: a user may belong to several tenants
             let accounts = tenant_accounts(b, &n);
             let scope = JobScope::UserIn(n.user.clone(), accounts.clone());
-            match STEPS[step] {
-                "block" => {
+            match Step::ALL[step] {
+                Step::Block => {
                     let e = step_try!(b.slurm.block_user(&n.user, &accounts).await, "block the user");
                     let state = step_try!(b.slurm.user(&n.user).await, "read the user back");
                     let ours: Vec<&crate::slurm::Association> = state
@@ -78,14 +92,14 @@ impl Flow for UserOffboard {
                         .collect();
                     Transition::Done(json!({ "changed": e.changed, "blocked": blocked, "left_alone": elsewhere }))
                 }
-                "cancel_pending" => {
+                Step::CancelPending => {
                     let c = step_try!(b.slurm.cancel_pending(&scope).await, "cancel pending jobs");
                     Transition::Done(json!({ "cancelled": c.cancelled, "remaining": c.remaining }))
                 }
-                "drain" => drain(b, &scope, &input, ctx).await,
-                "disable_login" => disable(b, &n).await,
-                "notify" => notify(b, &n, ctx).await,
-                "retention" => {
+                Step::Drain => drain(b, &scope, &input, ctx).await,
+                Step::DisableLogin => disable(b, &n).await,
+                Step::Notify => notify(b, &n, ctx).await,
+                Step::Retention => {
                     if !ctx.waited {
                         return Transition::Wait(b.timings.retention);
                     }
@@ -95,7 +109,7 @@ impl Flow for UserOffboard {
                                              "snapshot": SnapshotName::offboard(&n.user, today).as_str() }),
                     )
                 }
-                "snapshot_home" => {
+                Step::SnapshotHome => {
                     let Some(name) = ctx.output("retention").and_then(|o| o["snapshot"].as_str()) else {
                         return Transition::Fail("refused: the retention step has not ended".into());
                     };
@@ -103,12 +117,11 @@ impl Flow for UserOffboard {
                     let s = step_try!(b.storage.snapshot(&Target::Home(n.user.clone()), &name).await, "snapshot $HOME");
                     Transition::Done(json!({ "snapshot": name.as_str(), "existed": s == Snapshot::Exists }))
                 }
-                "archive" => {
+                Step::Archive => {
                     let r = step_try!(b.slurm.archive_dump(&b.archive_dir).await, "sacctmgr archive dump");
                     Transition::Done(json!({ "directory": r.directory, "written": r.written, "message": r.message }))
                 }
-                "delete" => delete(b, &n, ctx).await,
-                other => Transition::Fail(format!("unknown step {other}")),
+                Step::Delete => delete(b, &n, ctx).await,
             }
         })
     }

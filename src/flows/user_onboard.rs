@@ -20,19 +20,24 @@ use crate::sshkey::PublicKey;
 use crate::step_try;
 use crate::storage::{Quota, Target};
 
-pub const STEPS: [&str; 11] = [
-    "preflight",
-    "resolve_user",
-    "key_in_secret",
-    "propagation_wait",
-    "slurm_association",
-    "home_quota",
-    "home_directory",
-    "key_projected",
-    "login_restart",
-    "smoke_test",
-    "notify",
-];
+crate::flows::steps! {
+    /// The steps, in order (`Step::NAMES` are their names in the job history).
+    pub enum Step {
+        Preflight = "preflight",
+        ResolveUser = "resolve_user",
+        KeyInSecret = "key_in_secret",
+        PropagationWait = "propagation_wait",
+        SlurmAssociation = "slurm_association",
+        HomeQuota = "home_quota",
+        HomeDirectory = "home_directory",
+        KeyProjected = "key_projected",
+        LoginRestart = "login_restart",
+        SmokeTest = "smoke_test",
+        Notify = "notify",
+    }
+}
+
+pub const STEPS: &[&str] = Step::NAMES;
 
 /// The job's input, as `flows::reconcile::job_for` writes it.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -87,12 +92,12 @@ impl Flow for UserOnboard {
         USER_ONBOARD
     }
     fn steps(&self) -> &'static [&'static str] {
-        &STEPS
+        STEPS
     }
     fn policy(&self, step: usize) -> RetryPolicy {
-        match STEPS[step] {
+        match Step::ALL[step] {
             // A notification gives up after fewer tries; its failure never undoes the flow.
-            "notify" => self.0.policy(4),
+            Step::Notify => self.0.policy(4),
             _ => self.0.policy(8),
         }
     }
@@ -101,31 +106,30 @@ impl Flow for UserOnboard {
             let input: Input = tri!(ctx.input());
             let n = tri!(names(&input.tenant, &input.account, &input.username));
             let b = &*self.0;
-            match STEPS[step] {
-                "preflight" => preflight(b, &n).await,
-                "resolve_user" => resolve(b, &n, &input).await,
-                "key_in_secret" => key_in_secret(b, &n, ctx).await,
-                "propagation_wait" => {
+            match Step::ALL[step] {
+                Step::Preflight => preflight(b, &n).await,
+                Step::ResolveUser => resolve(b, &n, &input).await,
+                Step::KeyInSecret => key_in_secret(b, &n, ctx).await,
+                Step::PropagationWait => {
                     if ctx.waited {
                         Transition::Done(json!({ "waited_secs": b.timings.propagation.as_secs_f64() }))
                     } else {
                         Transition::Wait(b.timings.propagation)
                     }
                 }
-                "slurm_association" => association(b, &n).await,
-                "home_quota" => home_quota(b, &n).await,
-                "home_directory" => {
+                Step::SlurmAssociation => association(b, &n).await,
+                Step::HomeQuota => home_quota(b, &n).await,
+                Step::HomeDirectory => {
                     let r: Resolved = tri!(earlier(ctx, "resolve_user"));
                     let out = step_try!(b.login(&n.tenant).ensure_home(&n.user, r.uid, r.gid).await, "create $HOME");
                     let home = b.login(&n.tenant).home(&n.user);
                     Transition::Done(json!({ "home": home, "created": out == HomeOutcome::Created,
                                              "owner": format!("{}:{}", r.uid, r.gid) }))
                 }
-                "key_projected" => key_projected(b, &n, ctx).await,
-                "login_restart" => login_restart(b, &n, ctx).await,
-                "smoke_test" => smoke(b, &n, ctx).await,
-                "notify" => notify(b, &n, ctx).await,
-                other => Transition::Fail(format!("unknown step {other}")),
+                Step::KeyProjected => key_projected(b, &n, ctx).await,
+                Step::LoginRestart => login_restart(b, &n, ctx).await,
+                Step::SmokeTest => smoke(b, &n, ctx).await,
+                Step::Notify => notify(b, &n, ctx).await,
             }
         })
     }

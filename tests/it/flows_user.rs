@@ -102,7 +102,7 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     let runs = h.engine.step_runs(*id).await.unwrap();
     let steps: Vec<&str> = runs.iter().map(|r| r.step.as_str()).collect();
     for s in onramp::flows::user_onboard::STEPS {
-        assert!(steps.contains(&s), "{s} missing in {steps:?}");
+        assert!(steps.contains(s), "{s} missing in {steps:?}");
     }
     // The Secret was read in the tenant's namespace.
     assert!(
