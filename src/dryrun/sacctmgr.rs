@@ -151,14 +151,6 @@ impl SlurmSim {
         }
     }
 
-    fn user_rows(&self, name: &str, u: &User, only: Option<&[String]>) -> Vec<String> {
-        u.assocs
-            .iter()
-            .filter(|(a, _)| only.is_none_or(|o| o.contains(a)))
-            .map(|(a, s)| s.row(&self.cluster, a, name))
-            .collect()
-    }
-
     fn show(&self, args: &[String]) -> Output {
         let args: Vec<String> = args.iter().filter(|a| !a.starts_with('-') && *a != "show").cloned().collect();
         let (cond, _) = clauses(&args[1..]);
@@ -175,9 +167,8 @@ impl SlurmSim {
             Some("user") => {
                 for n in list(cond.get("name")) {
                     if let Some(u) = self.users.get(&n) {
-                        rows.extend(
-                            self.user_rows(&n, u, None).into_iter().map(|r| format!("{}|{r}", u.default_account)),
-                        );
+                        let each = u.assocs.iter().map(|(a, x)| x.row(&self.cluster, a, &n));
+                        rows.extend(each.map(|r| format!("{}|{r}", u.default_account)));
                     }
                 }
             }

@@ -73,7 +73,7 @@ async fn dev_onboards_and_offboards_on_the_simulated_cluster() {
     })
     .await;
     assert_eq!(off["subject"], "demo/dave");
-    printed("[dry-run] + slurm          sacctmgr -i modify user where name=dave cluster=dev set MaxJobs=0").await;
+    printed("[dry-run] + slurm          sacctmgr -i modify user where name=dave account=tenant-demo cluster=dev set MaxJobs=0").await;
 
     // SIGTERM: a clean stop.
     let mut child = child.0.take().unwrap();
