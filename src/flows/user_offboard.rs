@@ -68,8 +68,9 @@ impl Flow for UserOffboard {
             let input: Input = tri!(ctx.input());
             let n = tri!(names(&input.tenant, &input.account, &input.username));
             let b = &*self.0;
-            // only this tenant's associations and jobs: a user may belong to several tenants
-            let accounts = tenant_accounts(b, &n);
+            // this association and its jobs only: the user may belong to other teams or tenants
+            // (leaving a tenant altogether offboards each of their associations there)
+            let accounts = vec![n.account.clone()];
             let scope = JobScope::UserIn(n.user.clone(), accounts.clone());
             match Step::ALL[step] {
                 Step::Block => {
@@ -211,8 +212,8 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
         Ok(u) if u.is_active && b.tenants.placements(&u.group_names()).iter().any(|(_, a)| a == &n.account) => {
             let tenant = tri!(b.tenant(n.tenant.as_str()));
             let limits = tri!(specs::user_limits(tenant).map_err(Transition::Fail));
-            let accounts = tenant_accounts(b, n);
-            step_try!(b.slurm.unblock_user(&n.user, &accounts, &limits).await, "restore the re-added user");
+            let account = std::slice::from_ref(&n.account);
+            step_try!(b.slurm.unblock_user(&n.user, account, &limits).await, "restore the re-added user");
             return Transition::Done(json!({ "deleted": false, "restored": true,
                                             "why": "active member again: restored instead of deleted" }));
         }
@@ -229,15 +230,6 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
         Deleted::AlreadyGone => vec![],
     };
     Transition::Done(json!({ "deleted": true, "removed": removed, "user_record_left": after.is_some() }))
-}
-
-/// The tenant's accounts (those an offboarding from it blocks), or the job's account alone when
-/// the tenant has left the registry.
-fn tenant_accounts(b: &Backends, n: &Names) -> Vec<crate::names::SlurmAccount> {
-    match b.tenants.tenant(n.tenant.as_str()) {
-        Some(t) => t.accounts(),
-        None => vec![n.account.clone()],
-    }
 }
 
 /// The order the runbook insists on: a delete only after this job's snapshot and archive succeeded.

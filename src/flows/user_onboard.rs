@@ -267,8 +267,8 @@ async fn association(b: &Backends, n: &Names) -> Transition {
     let mut unblocked = false;
     // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
     if assoc.is_blocked() || assoc.max_submit_jobs == crate::slurm::Limit::At(0) {
-        let accounts = tenant.accounts();
-        step_try!(b.slurm.unblock_user(&n.user, &accounts, &limits).await, "lift the offboarding block");
+        let account = std::slice::from_ref(&n.account);
+        step_try!(b.slurm.unblock_user(&n.user, account, &limits).await, "lift the offboarding block");
         unblocked = true;
     }
     Transition::Done(json!({ "account": n.account, "created": ensured.created, "changed": ensured.changed,
