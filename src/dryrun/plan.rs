@@ -170,6 +170,30 @@ pub async fn plan(
             .map_err(|e| PlanError(format!("simulation: {e}")))?;
         assumptions.push(format!("{u} has an association with {account}"));
     }
+    if req.flow == tenant::TENANT_OFFBOARD {
+        // the group's current members have their associations (their homes are snapshotted too)
+        let limits = specs::user_limits(&t).map_err(PlanError)?;
+        let mut users: std::collections::BTreeMap<i64, (crate::authentik::User, Vec<String>)> = Default::default();
+        for g in t.groups() {
+            for u in ak.active_members(g).await.unwrap_or_default() {
+                users.entry(u.pk).or_insert_with(|| (u.clone(), vec![])).1.push(g.to_string());
+            }
+        }
+        let mut seeded = vec![];
+        for (u, groups) in users.values() {
+            let Ok(name) = Username::parse(&u.username) else { continue };
+            for a in t.placement(groups) {
+                seed.add_users(&a, std::slice::from_ref(&name), true, &limits)
+                    .await
+                    .map_err(|e| PlanError(format!("simulation: {e}")))?;
+                seeded.push(format!("{name} ({a})"));
+            }
+        }
+        assumptions.push(match seeded.is_empty() {
+            true => "the tenant has no users in Slurm (no group members were found)".into(),
+            false => format!("the group's members have their associations: {}", seeded.join(", ")),
+        });
+    }
     if req.flow.ends_with("offboard") {
         assumptions.push("no job is pending or running (a real drain may wait for them)".into());
     }

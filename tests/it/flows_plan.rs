@@ -99,11 +99,18 @@ async fn the_plans_of_a_tenant_onboarding_and_offboarding_are_what_the_real_runs
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
 
+    // carol is a member now (her onboarding done), so the offboarding snapshots her home too
+    h.add_carol(true);
+    h.sync_key();
+    h.run_to_success(job(&h, USER_ONBOARD)).await;
     let p = plan_of(&h, TENANT_OFFBOARD, false).await;
     let real = real_run(&h, onramp::flows::tenant::job(TENANT_OFFBOARD, &h.tenant, Actor::cli("test"))).await;
     assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
     let text = calls(&real).join("\n");
-    for want in ["GrpJobs=0", "DELETE /apis/slurm.nebius.ai", "snapshot create", "archive dump", "delete account"] {
+    let carol = format!("offboard-{UNIX_USER}-");
+    for want in
+        ["GrpJobs=0", "DELETE /apis/slurm.nebius.ai", "snapshot create", &carol, "archive dump", "delete account"]
+    {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }
 }
