@@ -13,7 +13,9 @@ use tokio::sync::watch;
 
 use super::*;
 
-type Outcome = Option<Result<Ensured, (bool, String)>>;
+/// The batch's result, and the effects (commands) of the one call, which every member's attempt
+/// records as its own.
+type Outcome = Option<(Result<Ensured, (bool, String)>, Vec<serde_json::Value>)>;
 
 struct Batch {
     users: Vec<Username>,
@@ -58,7 +60,11 @@ impl Batching {
             return self.lead(key, tx, account, users, default_account, limits).await;
         }
         let outcome = rx.wait_for(Option::is_some).await.map(|o| o.clone()).ok().flatten();
-        mine(outcome, users)
+        let result = outcome.map(|(r, effects)| {
+            effects.into_iter().for_each(crate::engine::effects::record);
+            r
+        });
+        mine(result, users)
     }
 
     /// Waits the window, closes the batch and makes the one call.
@@ -73,12 +79,14 @@ impl Batching {
     ) -> Result<Ensured, SlurmError> {
         tokio::time::sleep(self.window).await;
         let all = self.open.lock().expect("batches").remove(&key).map(|b| b.users).unwrap_or_default();
-        let r = self.inner.add_users(account, &all, default_account, limits).await;
+        let (r, effects) =
+            crate::engine::effects::collect(self.inner.add_users(account, &all, default_account, limits)).await;
+        effects.iter().cloned().for_each(crate::engine::effects::record);
         let shared = match &r {
             Ok(e) => Ok(e.clone()),
             Err(e) => Err((e.is_retryable(), e.to_string())),
         };
-        tx.send_replace(Some(shared));
+        tx.send_replace(Some((shared, effects)));
         match r {
             Ok(e) => mine(Some(Ok(e)), users),
             Err(e) => Err(e),
@@ -87,7 +95,7 @@ impl Batching {
 }
 
 /// The batch's outcome for `users` only.
-fn mine(outcome: Outcome, users: &[Username]) -> Result<Ensured, SlurmError> {
+fn mine(outcome: Option<Result<Ensured, (bool, String)>>, users: &[Username]) -> Result<Ensured, SlurmError> {
     match outcome {
         Some(Ok(e)) => {
             let ours = |s: &String| users.iter().any(|u| s == u.as_str() || s.starts_with(&format!("{u}: ")));
@@ -204,13 +212,20 @@ mod tests {
         let mut tasks = vec![];
         for name in ["alice", "bob", "erin"] {
             let (b, account, limits) = (b.clone(), account.clone(), limits.clone());
-            tasks.push(tokio::spawn(async move {
+            // each as a step attempt would run it, collecting its effects
+            tasks.push(tokio::spawn(crate::engine::effects::collect(async move {
                 let u = [Username::parse(name).unwrap()];
                 b.add_users(&account, &u, true, &limits).await
-            }));
+            })));
         }
         for (t, name) in tasks.into_iter().zip(["alice", "bob", "erin"]) {
-            assert_eq!(t.await.unwrap().unwrap().created, vec![name.to_string()], "each caller sees its own user");
+            let (r, effects) = t.await.unwrap();
+            assert_eq!(r.unwrap().created, vec![name.to_string()], "each caller sees its own user");
+            let calls: Vec<&str> = effects.iter().filter_map(|e| e["call"].as_str()).collect();
+            assert!(
+                calls.iter().any(|c| c.starts_with("sacctmgr -i add user alice,bob,erin")),
+                "every member's attempt records the batch's command: {calls:?}"
+            );
         }
         let adds: Vec<String> =
             log.writes().into_iter().map(|e| e.call).filter(|c| c.starts_with("sacctmgr -i add user")).collect();
