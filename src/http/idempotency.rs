@@ -33,6 +33,9 @@ pub struct Started {
     pub replayed: bool,
 }
 
+/// How long a key answers for its first request (then it may be used again, for anything).
+pub const KEEP: &str = "24 hours";
+
 /// Enqueues `job` (a request whose normalized form is `request`), honouring `key` for `token`.
 pub async fn start(
     engine: &Engine,
@@ -54,13 +57,16 @@ pub async fn start(
         .execute(&mut *tx)
         .await
         .map_err(db)?;
-    let seen: Option<(Vec<u8>, i64)> =
-        sqlx::query_as("select request_hash, job_id from idempotency_keys where token_name = $1 and key = $2")
-            .bind(token)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?;
+    let seen: Option<(Vec<u8>, i64)> = sqlx::query_as(
+        "select request_hash, job_id from idempotency_keys
+             where token_name = $1 and key = $2 and created_at > now() - $3::interval",
+    )
+    .bind(token)
+    .bind(key)
+    .bind(KEEP)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db)?;
     if let Some((seen_hash, id)) = seen {
         return if seen_hash == hash {
             Ok(Started { job: Enqueued { id, created: false }, replayed: true })
@@ -74,14 +80,27 @@ pub async fn start(
         };
     }
     let e = engine.enqueue_in(&mut tx, &[job]).await?[0];
-    sqlx::query("insert into idempotency_keys (token_name, key, request_hash, job_id) values ($1, $2, $3, $4)")
-        .bind(token)
-        .bind(key)
-        .bind(&hash)
-        .bind(e.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+    // a few expired keys go each time; an expired key of this request is taken over
+    sqlx::query(
+        "delete from idempotency_keys where ctid = any(array(
+           select ctid from idempotency_keys where created_at < now() - $1::interval limit 100))",
+    )
+    .bind(KEEP)
+    .execute(&mut *tx)
+    .await
+    .map_err(db)?;
+    sqlx::query(
+        "insert into idempotency_keys (token_name, key, request_hash, job_id) values ($1, $2, $3, $4)
+         on conflict (token_name, key) do update
+           set request_hash = excluded.request_hash, job_id = excluded.job_id, created_at = now()",
+    )
+    .bind(token)
+    .bind(key)
+    .bind(&hash)
+    .bind(e.id)
+    .execute(&mut *tx)
+    .await
+    .map_err(db)?;
     tx.commit().await.map_err(db)?;
     Ok(Started { job: e, replayed: false })
 }

@@ -102,6 +102,19 @@ async fn starting_work_is_checked_and_an_idempotency_key_answers_the_same_job() 
     assert_ne!(job["id"].as_i64(), Some(bulk_id));
     let keys: i64 = sqlx::query_scalar("select count(*) from idempotency_keys").fetch_one(&db.pool).await.unwrap();
     assert_eq!(keys, 3);
+    // a day later a key is forgotten: k2 may start other work, and expired keys are cleaned up
+    sqlx::query("update idempotency_keys set created_at = created_at - interval '25 hours'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let other = json!({"kind": "user.onboard", "tenant": "foo", "username": "zoe"});
+    let (status, _, job) = post(&a, &ops, Some("k2"), &other).await;
+    assert_eq!((status, job["kind"].as_str()), (StatusCode::ACCEPTED, Some("user.onboard")), "{job}");
+    let (status, _, again) = post(&a, &ops, Some("k2"), &other).await;
+    assert_eq!((status, again["id"].as_i64()), (StatusCode::OK, job["id"].as_i64()));
+    let keys: Vec<String> =
+        sqlx::query_scalar("select key from idempotency_keys order by key").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(keys, ["k2"], "the other expired keys are gone");
 
     // checks: 422 with a message that names the mistake
     for (body, says) in [
