@@ -173,14 +173,12 @@ pub async fn plan(
     if req.flow == tenant::TENANT_OFFBOARD {
         // the group's current members have their associations (their homes are snapshotted too)
         let limits = specs::user_limits(&t).map_err(PlanError)?;
-        let mut users: std::collections::BTreeMap<i64, (crate::authentik::User, Vec<String>)> = Default::default();
+        let mut members = std::collections::BTreeMap::new();
         for g in t.groups() {
-            for u in ak.active_members(g).await.unwrap_or_default() {
-                users.entry(u.pk).or_insert_with(|| (u.clone(), vec![])).1.push(g.to_string());
-            }
+            members.insert(g.to_string(), ak.active_members(g).await.unwrap_or_default());
         }
         let mut seeded = vec![];
-        for (u, groups) in users.values() {
+        for (u, groups) in crate::reconcile::plan::groups_by_user(&members).values() {
             let Ok(name) = Username::parse(&u.username) else { continue };
             for a in t.placement(groups) {
                 seed.add_users(&a, std::slice::from_ref(&name), true, &limits)

@@ -207,26 +207,42 @@ async fn restore_readded(
             .filter(|j| !matches!(j.state.as_str(), "succeeded" | "cancelled"))
             .map(|j| j.id)
             .collect();
-        if open.is_empty() {
-            continue;
+        if !open.is_empty() {
+            cancelled.extend(supersede(engine, &open, &tenant, &account, &m, actions).await);
         }
-        for id in open {
-            let why = "the user is an active member again: restored instead of offboarded";
-            match engine.cancel(id, &Actor::reconciler(), Some(why)).await {
-                Ok(_) => cancelled.push(id),
-                Err(e) => tracing::warn!(job = id, error = %e, "could not cancel a superseded offboarding"),
-            }
+    }
+    Ok(cancelled)
+}
+
+/// Cancels the offboardings `open` of a member who is back under `account`, and adds the
+/// onboarding that restores them (unless `actions` has it). Returns the cancelled ids.
+async fn supersede(
+    engine: &crate::engine::Engine,
+    open: &[i64],
+    tenant: &crate::names::TenantName,
+    account: &SlurmAccount,
+    m: &plan::Member,
+    actions: &mut Vec<Action>,
+) -> Vec<i64> {
+    let mut cancelled = vec![];
+    for &id in open {
+        let why = "the user is an active member again: restored instead of offboarded";
+        match engine.cancel(id, &Actor::reconciler(), Some(why)).await {
+            Ok(_) => cancelled.push(id),
+            Err(e) => tracing::warn!(job = id, error = %e, "could not cancel a superseded offboarding"),
         }
+    }
+    if !actions.iter().any(|a| a.op == Op::Onboard && &a.account == account && a.username == m.username) {
         actions.push(Action {
             op: Op::Onboard,
             tenant: tenant.clone(),
             account: account.clone(),
-            username: username.clone(),
+            username: m.username.clone(),
             member: Some(m.clone()),
             reason: format!("re-added while offboarding under {account}: restore"),
         });
     }
-    Ok(cancelled)
+    cancelled
 }
 
 /// The tenant-wide form of [`restore_readded`]: the open offboardings of the tenant whose user is
@@ -256,15 +272,8 @@ async fn restore_in_tenant(
     if open.is_empty() {
         return Ok(vec![]);
     }
-    // each active member's groups among this tenant's
-    let mut users: BTreeMap<i64, (&crate::authentik::User, Vec<String>)> = BTreeMap::new();
-    for (g, list) in members {
-        for u in list.iter().filter(|u| u.is_active) {
-            users.entry(u.pk).or_insert((u, vec![])).1.push(g.clone());
-        }
-    }
     let mut cancelled = vec![];
-    for (u, groups) in users.values() {
+    for (u, groups) in plan::groups_by_user(members).values().filter(|(u, _)| u.is_active) {
         let Ok(m) = plan::member(&r.tenants, u) else { continue };
         for account in t.placement(groups) {
             let subject = format!("{}/{}", t.name, m.username);
@@ -273,25 +282,8 @@ async fn restore_in_tenant(
                 .filter(|j| j.subject == subject && j.input["account"].as_str() == Some(account.as_str()))
                 .map(|j| j.id)
                 .collect();
-            if superseded.is_empty() {
-                continue;
-            }
-            for id in superseded {
-                let why = "the user is an active member again: restored instead of offboarded";
-                match engine.cancel(id, &Actor::reconciler(), Some(why)).await {
-                    Ok(_) => cancelled.push(id),
-                    Err(e) => tracing::warn!(job = id, error = %e, "could not cancel a superseded offboarding"),
-                }
-            }
-            if !actions.iter().any(|a| a.op == Op::Onboard && a.account == account && a.username == m.username) {
-                actions.push(Action {
-                    op: Op::Onboard,
-                    tenant: t.name.clone(),
-                    account: account.clone(),
-                    username: m.username.clone(),
-                    member: Some(m.clone()),
-                    reason: format!("re-added while offboarding under {account}: restore"),
-                });
+            if !superseded.is_empty() {
+                cancelled.extend(supersede(engine, &superseded, &t.name, &account, &m, actions).await);
             }
         }
     }

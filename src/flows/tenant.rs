@@ -147,13 +147,12 @@ impl Flow for TenantOnboard {
 /// The group's current members: their associations in one batched `add user` per account, then
 /// one `user.onboard` job each for the rest of the runbook (key, `$HOME`, smoke test, e-mail).
 async fn members(b: &Backends, t: &Tenant) -> Transition {
-    let mut users: BTreeMap<i64, (crate::authentik::User, Vec<String>)> = BTreeMap::new();
+    let mut members = BTreeMap::new();
     for g in t.groups() {
         let list = step_try!(b.authentik.active_members(g).await, "list the tenant's group members");
-        for u in list {
-            users.entry(u.pk).or_insert_with(|| (u.clone(), vec![])).1.push(g.to_string());
-        }
+        members.insert(g.to_string(), list);
     }
+    let users = crate::reconcile::plan::groups_by_user(&members);
     let limits = tri!(specs::user_limits(t).map_err(Transition::Fail));
     let mut by_account: BTreeMap<SlurmAccount, Vec<(Username, crate::reconcile::plan::Member)>> = BTreeMap::new();
     let mut skipped = vec![];

@@ -79,6 +79,17 @@ pub fn member(reg: &TenantRegistry, u: &User) -> Result<Member, String> {
     Ok(Member { pk: u.pk, username, uid_number, gid_number })
 }
 
+/// Each user of `members` (group name → its members) with the groups they are in.
+pub fn groups_by_user(members: &BTreeMap<String, Vec<User>>) -> BTreeMap<i64, (&User, Vec<String>)> {
+    let mut users: BTreeMap<i64, (&User, Vec<String>)> = BTreeMap::new();
+    for (group, list) in members {
+        for u in list {
+            users.entry(u.pk).or_insert((u, vec![])).1.push(group.clone());
+        }
+    }
+    users
+}
+
 /// One tenant: `members` are the active members of each of its groups (by group name, every
 /// group listed), `actual` the associations under its accounts.
 pub fn plan_tenant(
@@ -90,12 +101,7 @@ pub fn plan_tenant(
 ) -> TenantPlan {
     let mut plan = TenantPlan { tenant: tenant.name.to_string(), ..Default::default() };
     // every user's groups among this tenant's
-    let mut users: BTreeMap<i64, (&User, Vec<String>)> = BTreeMap::new();
-    for (group, list) in members {
-        for u in list {
-            users.entry(u.pk).or_insert((u, vec![])).1.push(group.clone());
-        }
-    }
+    let users = groups_by_user(members);
     let mut desired: BTreeMap<(SlurmAccount, Username), Member> = BTreeMap::new();
     for (u, groups) in users.values() {
         let accounts = tenant.placement(groups);
