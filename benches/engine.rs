@@ -47,7 +47,7 @@ async fn fresh_db(admin: &str, name: &str) -> (String, PgPool) {
     sqlx::query(&format!("create database {name}")).execute(&mut c).await.unwrap();
     let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(&url).await.unwrap();
-    onramp::db::migrate(&pool).await.unwrap();
+    onramp::app::db::migrate(&pool).await.unwrap();
     (url, pool)
 }
 

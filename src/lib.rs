@@ -1,76 +1,28 @@
 //! onramp: onboarding and offboarding for a multi-tenant Slurm GPU cluster, driven by Authentik.
+//!
+//! The parts, and the one direction their imports run (a test checks it):
+//!
+//! ```text
+//! main → app → http → intake → dryrun → flows → engine → effects
+//!                                          flows → backends → domain
+//! ```
+//!
+//! - [`app`]: the command line, settings and the one place the world is built.
+//! - [`http`]: webhook intake endpoint, REST API, dashboard, health and metrics.
+//! - [`intake`]: verifying and storing Authentik's deliveries.
+//! - [`dryrun`]: the simulated world and plans.
+//! - [`flows`]: onboarding, offboarding and reconcile as steps on the engine.
+//! - [`engine`]: durable jobs, steps, leases and timers; it knows nothing of onboarding.
+//! - [`backends`]: one trait per external system, its real implementation and its recorder.
+//! - [`domain`]: plain checked types (names, keys, the tenant registry, secrets).
+//! - [`effects`]: the record of what a backend did, shared by the engine, backends and plans.
 
-pub mod admin;
-pub mod auth;
-pub mod authentik;
-pub mod cli;
-pub mod config;
-pub mod db;
-pub mod dev;
-pub mod devpg;
+pub mod app;
+pub mod backends;
+pub mod domain;
 pub mod dryrun;
+pub mod effects;
 pub mod engine;
-pub mod exec;
 pub mod flows;
 pub mod http;
 pub mod intake;
-pub mod k8s;
-pub mod names;
-pub mod notify;
-pub mod reconcile;
-pub mod serve;
-pub mod slurm;
-pub mod sshkey;
-pub mod storage;
-pub mod telemetry;
-pub mod tenants;
-
-use std::process::ExitCode;
-
-use cli::{Cli, Command};
-
-/// Runs a parsed command line; errors are printed as one line.
-pub fn run(cli: Cli) -> ExitCode {
-    // A plan prints the plan; the simulation's own log (its "writes") would only confuse.
-    let log = match (&cli.command, cli.log.as_str()) {
-        (Command::Plan(_), "info") => "warn",
-        (_, l) => l,
-    };
-    if let Err(e) = telemetry::init(log, cli.log_format) {
-        eprintln!("onramp: {e}");
-        return ExitCode::from(2);
-    }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("onramp: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = rt.block_on(async {
-        let done = match cli.command {
-            Command::Migrate(a) => {
-                let pool = db::connect(&a.database_url, 2).await?;
-                db::migrate(&pool).await?;
-                eprintln!("onramp: migrations applied to {}", db::describe(&a.database_url));
-                Ok(())
-            }
-            Command::Serve(a) => serve::serve(*a).await,
-            Command::Dev(a) => dev::dev(a).await,
-            Command::Jobs(a) => admin::jobs(a).await,
-            Command::Token(a) => admin::tokens(a).await,
-            Command::Reconcile(a) => admin::reconcile(a).await,
-            Command::Tenant(a) => flows::tenant::enqueue_cli(a).await,
-            Command::Doctor(a) => return admin::doctor(a).await,
-            Command::Plan(a) => admin::plan(*a).await,
-        };
-        done.map(|()| ExitCode::SUCCESS)
-    });
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("onramp: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}

@@ -8,14 +8,14 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::sim::{self, DryConfig, SimAuthentik, World};
-use super::{Effect, EffectLog};
-use crate::authentik::Authentik;
+use crate::backends::authentik::Authentik;
+use crate::backends::slurm::{Slurm, SlurmCli};
+use crate::domain::names::{SlurmAccount, TenantName, Username};
+use crate::domain::tenants::TenantRegistry;
+use crate::effects::{Effect, EffectLog};
 use crate::engine::{Flow, Registry, Transition, simulate::simulate};
+use crate::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
 use crate::flows::{specs, tenant};
-use crate::names::{SlurmAccount, TenantName, Username};
-use crate::reconcile::{USER_OFFBOARD, USER_ONBOARD};
-use crate::slurm::{Slurm, SlurmCli};
-use crate::tenants::TenantRegistry;
 
 /// The flows a plan can be made of.
 pub const FLOWS: [&str; 4] = [USER_ONBOARD, USER_OFFBOARD, tenant::TENANT_ONBOARD, tenant::TENANT_OFFBOARD];
@@ -178,7 +178,7 @@ pub async fn plan(
             members.insert(g.to_string(), ak.active_members(g).await.unwrap_or_default());
         }
         let mut seeded = vec![];
-        for (u, groups) in crate::reconcile::plan::groups_by_user(&members).values() {
+        for (u, groups) in crate::flows::reconcile::plan::groups_by_user(&members).values() {
             let Ok(name) = Username::parse(&u.username) else { continue };
             for a in t.placement(groups) {
                 seed.add_users(&a, std::slice::from_ref(&name), true, &limits)

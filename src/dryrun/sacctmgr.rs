@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::exec::{Command, Output};
+use crate::backends::exec::{Command, Output};
 
 #[derive(Clone, Debug, Default)]
 struct Assoc {

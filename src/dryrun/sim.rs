@@ -12,22 +12,22 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 
-use super::EffectLog;
-use super::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use super::sacctmgr::SlurmSim;
-use crate::authentik::{Authentik, AuthentikError, AuthentikFuture, User};
-use crate::exec::{Command, Output, RunFuture, Transport};
+use crate::backends::authentik::{Authentik, AuthentikError, AuthentikFuture, User};
+use crate::backends::exec::{Command, Output, RunFuture, Transport};
+use crate::backends::kubernetes::api::K8sFuture;
+use crate::backends::kubernetes::keys::{Applied, KeyState};
+use crate::backends::kubernetes::tenant::Deleted;
+use crate::backends::kubernetes::{K8sArgs, Kubernetes};
+use crate::backends::notify::{Message, Notifier, NotifyFuture, Recipient};
+use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
+use crate::backends::slurm::{HostPath, SlurmCli};
+use crate::backends::storage::{CommandStorage, StorageArgs};
+use crate::domain::names::{ClusterName, TenantName, Username};
+use crate::domain::sshkey::PublicKey;
+use crate::domain::tenants::TenantRegistry;
+use crate::effects::EffectLog;
 use crate::flows::{Backends, Timings};
-use crate::k8s::api::K8sFuture;
-use crate::k8s::keys::{Applied, KeyState};
-use crate::k8s::tenant::Deleted;
-use crate::k8s::{K8sArgs, Kubernetes};
-use crate::names::{ClusterName, TenantName, Username};
-use crate::notify::{Message, Notifier, NotifyFuture, Recipient};
-use crate::slurm::{HostPath, SlurmCli};
-use crate::sshkey::PublicKey;
-use crate::storage::{CommandStorage, StorageArgs};
-use crate::tenants::TenantRegistry;
 
 #[derive(Default)]
 struct State {
@@ -338,11 +338,11 @@ pub struct DryConfig {
 impl DryConfig {
     /// From the same settings `onramp serve` reads.
     pub fn from_args(
-        slurm: &crate::cli::SlurmArgs,
+        slurm: &crate::app::cli::SlurmArgs,
         k8s: &K8sArgs,
         storage: &StorageArgs,
         flows: &crate::flows::settings::FlowArgs,
-        notify: &crate::notify::NotifyArgs,
+        notify: &crate::backends::notify::NotifyArgs,
     ) -> anyhow::Result<Self> {
         use anyhow::Context;
         Ok(Self {
@@ -367,7 +367,7 @@ pub fn backends(
     log: &EffectLog,
 ) -> Result<Arc<Backends>, String> {
     let slurm = SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cfg.cluster.clone());
-    let slurm = crate::slurm::Batching::new(Arc::new(slurm), cfg.batch_window);
+    let slurm = crate::backends::slurm::Batching::new(Arc::new(slurm), cfg.batch_window);
     let k8s = RecordingK8s { inner: Arc::new(SimK8s(world.clone())), settings: cfg.k8s.clone(), log: log.clone() };
     let storage =
         CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Accepting), log), cfg.storage.clone())

@@ -7,7 +7,6 @@
 //! fenced by the attempt number. Timers are `run_at` values, so they survive restarts.
 
 mod decide;
-pub mod effects;
 mod flow;
 mod model;
 mod ops;

@@ -289,7 +289,7 @@ async fn run_step(
     cancel: &CancellationToken,
 ) -> Option<(Transition, Vec<serde_json::Value>)> {
     let step = ctx.step;
-    let mut handle = tokio::spawn(super::effects::collect(async move { flow.run(idx, &ctx).await }));
+    let mut handle = tokio::spawn(crate::effects::collect(async move { flow.run(idx, &ctx).await }));
     tokio::select! {
         r = tokio::time::timeout(timeout, &mut handle) => Some(match r {
             Ok(Ok(done)) => done,

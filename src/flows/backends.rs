@@ -5,15 +5,15 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::authentik::{Authentik, AuthentikError};
+use crate::backends::authentik::{Authentik, AuthentikError};
+use crate::backends::kubernetes::login::{LoginError, LoginPod};
+use crate::backends::kubernetes::{K8sArgs, K8sError, Kubernetes};
+use crate::backends::notify::Notifier;
+use crate::backends::slurm::{HostPath, Slurm, SlurmError};
+use crate::backends::storage::{Storage, StorageError};
+use crate::domain::names::TenantName;
+use crate::domain::tenants::{Tenant, TenantRegistry};
 use crate::engine::{Engine, Transition};
-use crate::k8s::login::{LoginError, LoginPod};
-use crate::k8s::{K8sArgs, K8sError, Kubernetes};
-use crate::names::TenantName;
-use crate::notify::Notifier;
-use crate::slurm::{HostPath, Slurm, SlurmError};
-use crate::storage::{Storage, StorageError};
-use crate::tenants::{Tenant, TenantRegistry};
 
 /// The runbook's waits and deadlines.
 #[derive(Clone, Debug)]

@@ -58,8 +58,8 @@ pub fn with_backends(registry: Registry, backends: Arc<Backends>) -> Registry {
 /// role): its jobs are run by worker processes, which have the backends.
 pub fn with_kinds_only(registry: Registry) -> Registry {
     registry
-        .with(KindOnly(crate::reconcile::USER_ONBOARD, user_onboard::STEPS))
-        .with(KindOnly(crate::reconcile::USER_OFFBOARD, user_offboard::STEPS))
+        .with(KindOnly(crate::flows::reconcile::USER_ONBOARD, user_onboard::STEPS))
+        .with(KindOnly(crate::flows::reconcile::USER_OFFBOARD, user_offboard::STEPS))
         .with(KindOnly(tenant::TENANT_ONBOARD, tenant::ONBOARD_STEPS))
         .with(KindOnly(tenant::TENANT_OFFBOARD, tenant::OFFBOARD_STEPS))
 }
@@ -79,7 +79,7 @@ impl crate::engine::Flow for KindOnly {
 }
 
 /// Adds the reconcile flows (they need Authentik, the tenant registry and the cluster).
-pub fn with_reconcile(registry: Registry, r: Arc<crate::reconcile::Reconciler>) -> Registry {
+pub fn with_reconcile(registry: Registry, r: Arc<crate::flows::reconcile::Reconciler>) -> Registry {
     registry
         .with(reconcile::ReconcileUser(r.clone()))
         .with(reconcile::ReconcileTenants { reconciler: r.clone(), full: false })

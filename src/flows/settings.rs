@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Timings;
-use crate::config::parse_duration;
+use crate::domain::duration::parse_duration;
 
 #[derive(Clone, Debug, Args)]
 pub struct FlowArgs {

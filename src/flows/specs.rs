@@ -1,7 +1,7 @@
 //! The tenant registry's entries as the Slurm backend's specs.
 
-use crate::slurm::{AccountLimits, AccountSpec, Fairshare, Limit, SlurmText, TenantSpec, Tres, UserLimits};
-use crate::tenants::Tenant;
+use crate::backends::slurm::{AccountLimits, AccountSpec, Fairshare, Limit, SlurmText, TenantSpec, Tres, UserLimits};
+use crate::domain::tenants::Tenant;
 
 /// The association limits every user of the tenant gets (the runbook's step 3): Fairshare=parent,
 /// the tenant's QOS and MaxJobs, GrpJobs unset (which also lifts an offboarding block).

@@ -13,12 +13,12 @@ use time::OffsetDateTime;
 
 use super::backends::Backends;
 use super::specs;
+use crate::backends::slurm::{Deleted, JobScope};
+use crate::backends::storage::{Quota, Snapshot, SnapshotName, Target};
+use crate::domain::names::{SlurmAccount, TenantName, Username};
+use crate::domain::tenants::Tenant;
 use crate::engine::{Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
-use crate::names::{SlurmAccount, TenantName, Username};
-use crate::slurm::{Deleted, JobScope};
 use crate::step_try;
-use crate::storage::{Quota, Snapshot, SnapshotName, Target};
-use crate::tenants::Tenant;
 
 pub const TENANT_ONBOARD: &str = "tenant.onboard";
 pub const TENANT_OFFBOARD: &str = "tenant.offboard";
@@ -65,15 +65,15 @@ pub fn job(kind: &'static str, tenant: &str, actor: crate::engine::Actor) -> New
 }
 
 /// `onramp tenant onboard|offboard T`: checks the tenant against the registry and enqueues its job.
-pub async fn enqueue_cli(args: crate::cli::TenantArgs) -> anyhow::Result<()> {
-    use crate::cli::TenantAction;
-    let registry = crate::tenants::TenantRegistry::load(&args.tenants)?;
+pub async fn enqueue_cli(args: crate::app::cli::TenantArgs) -> anyhow::Result<()> {
+    use crate::app::cli::TenantAction;
+    let registry = crate::domain::tenants::TenantRegistry::load(&args.tenants)?;
     let (kind, tenant, hard_cutoff) = match &args.action {
         TenantAction::Onboard { tenant } => (TENANT_ONBOARD, tenant, false),
         TenantAction::Offboard { tenant, hard_cutoff } => (TENANT_OFFBOARD, tenant, *hard_cutoff),
     };
     anyhow::ensure!(registry.tenant(tenant).is_some(), "tenant {tenant:?} is not in the tenant registry");
-    let pool = crate::db::connect(&args.db.database_url, 2).await?;
+    let pool = crate::app::db::connect(&args.db.database_url, 2).await?;
     let engine = crate::engine::Engine::new(pool, super::with_kinds_only(super::registry()));
     let actor = crate::engine::Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
     let mut j = job(kind, tenant, actor);
@@ -152,12 +152,13 @@ async fn members(b: &Backends, t: &Tenant) -> Transition {
         let list = step_try!(b.authentik.active_members(g).await, "list the tenant's group members");
         members.insert(g.to_string(), list);
     }
-    let users = crate::reconcile::plan::groups_by_user(&members);
+    let users = crate::flows::reconcile::plan::groups_by_user(&members);
     let limits = tri!(specs::user_limits(t).map_err(Transition::Fail));
-    let mut by_account: BTreeMap<SlurmAccount, Vec<(Username, crate::reconcile::plan::Member)>> = BTreeMap::new();
+    let mut by_account: BTreeMap<SlurmAccount, Vec<(Username, crate::flows::reconcile::plan::Member)>> =
+        BTreeMap::new();
     let mut skipped = vec![];
     for (u, groups) in users.values() {
-        match crate::reconcile::plan::member(&b.tenants, u) {
+        match crate::flows::reconcile::plan::member(&b.tenants, u) {
             Ok(m) => {
                 for a in t.placement(groups) {
                     by_account.entry(a).or_default().push((m.username.clone(), m.clone()));
@@ -173,8 +174,8 @@ async fn members(b: &Backends, t: &Tenant) -> Transition {
         let e = step_try!(b.slurm.add_users(account, &names, true, &limits).await, "add the members (batched)");
         batches.push(json!({ "account": account, "users": names, "created": e.created, "changed": e.changed }));
         for (_, m) in members {
-            let a = crate::reconcile::plan::Action {
-                op: crate::reconcile::plan::Op::Onboard,
+            let a = crate::flows::reconcile::plan::Action {
+                op: crate::flows::reconcile::plan::Op::Onboard,
                 tenant: t.name.clone(),
                 account: account.clone(),
                 username: m.username.clone(),

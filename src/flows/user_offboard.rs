@@ -13,12 +13,12 @@ use time::OffsetDateTime;
 use super::backends::Backends;
 use super::specs;
 use super::user_onboard::{Names, names};
+use crate::backends::notify::{Offboarding, Recipient};
+use crate::backends::slurm::{Deleted, JobScope};
+use crate::backends::storage::{Snapshot, SnapshotName, Target};
 use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
-use crate::notify::{Offboarding, Recipient};
-use crate::reconcile::USER_OFFBOARD;
-use crate::slurm::{Deleted, JobScope};
+use crate::flows::reconcile::USER_OFFBOARD;
 use crate::step_try;
-use crate::storage::{Snapshot, SnapshotName, Target};
 
 crate::flows::steps! {
     /// The steps, in order (`Step::NAMES` are their names in the job history).
@@ -76,7 +76,7 @@ impl Flow for UserOffboard {
                 Step::Block => {
                     let e = step_try!(b.slurm.block_user(&n.user, &accounts).await, "block the user");
                     let state = step_try!(b.slurm.user(&n.user).await, "read the user back");
-                    let ours: Vec<&crate::slurm::Association> = state
+                    let ours: Vec<&crate::backends::slurm::Association> = state
                         .iter()
                         .flat_map(|s| &s.assocs)
                         .filter(|a| accounts.iter().any(|x| x.as_str() == a.account))
@@ -162,7 +162,7 @@ async fn drain(b: &Backends, scope: &JobScope, input: &Input, ctx: &StepCtx) -> 
 async fn disable(b: &Backends, n: &Names) -> Transition {
     let user = match b.authentik.user_by_username(n.user.as_str()).await {
         Ok(u) => Some(u),
-        Err(crate::authentik::AuthentikError::NotFound(_)) => None,
+        Err(crate::backends::authentik::AuthentikError::NotFound(_)) => None,
         Err(e) => return crate::flows::backends::IntoTransition::transition(e, "read the user from Authentik"),
     };
     let deactivated = match &user {
@@ -179,7 +179,7 @@ async fn disable(b: &Backends, n: &Names) -> Transition {
     let mut key_removed = false;
     if b.k8s_settings.manage_keys {
         let a = step_try!(b.k8s.remove_key(&n.tenant, &n.user).await, "remove the key from the Secret");
-        key_removed = a == crate::k8s::keys::Applied::Changed;
+        key_removed = a == crate::backends::kubernetes::keys::Applied::Changed;
     }
     Transition::Done(json!({ "authentik": deactivated, "key_removed": key_removed,
                              "email": user.map(|u| u.email).unwrap_or_default() }))
@@ -217,7 +217,7 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
             return Transition::Done(json!({ "deleted": false, "restored": true,
                                             "why": "active member again: restored instead of deleted" }));
         }
-        Ok(_) | Err(crate::authentik::AuthentikError::NotFound(_)) => {}
+        Ok(_) | Err(crate::backends::authentik::AuthentikError::NotFound(_)) => {}
         Err(e) => return crate::flows::backends::IntoTransition::transition(e, "re-check the user in Authentik"),
     }
     let d = step_try!(b.slurm.delete_user_association(&n.user, &n.account).await, "delete the Slurm association");

@@ -10,15 +10,15 @@ use serde_json::{Value, json};
 
 use super::backends::Backends;
 use super::specs;
+use crate::backends::kubernetes::keys::KeyState;
+use crate::backends::kubernetes::login::HomeOutcome;
+use crate::backends::notify::{Onboarding, Recipient};
+use crate::backends::storage::{Quota, Target};
+use crate::domain::names::{SlurmAccount, TenantName, Username};
+use crate::domain::sshkey::PublicKey;
 use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
-use crate::k8s::keys::KeyState;
-use crate::k8s::login::HomeOutcome;
-use crate::names::{SlurmAccount, TenantName, Username};
-use crate::notify::{Onboarding, Recipient};
-use crate::reconcile::USER_ONBOARD;
-use crate::sshkey::PublicKey;
+use crate::flows::reconcile::USER_ONBOARD;
 use crate::step_try;
-use crate::storage::{Quota, Target};
 
 crate::flows::steps! {
     /// The steps, in order (`Step::NAMES` are their names in the job history).
@@ -74,7 +74,7 @@ pub(crate) struct Names {
 }
 
 pub(crate) fn names(tenant: &str, account: &str, user: &str) -> Result<Names, Transition> {
-    let bad = |e: crate::names::NameError| Transition::Fail(format!("job input: {e}"));
+    let bad = |e: crate::domain::names::NameError| Transition::Fail(format!("job input: {e}"));
     Ok(Names {
         tenant: TenantName::parse(tenant).map_err(bad)?,
         account: SlurmAccount::parse(account).map_err(bad)?,
@@ -234,17 +234,19 @@ async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
     let mut wrote = false;
     if b.k8s_settings.manage_keys {
         let applied = step_try!(b.k8s.put_key(&n.tenant, &n.user, &key).await, "write the key into the Secret");
-        wrote = applied == crate::k8s::keys::Applied::Changed;
+        wrote = applied == crate::backends::kubernetes::keys::Applied::Changed;
     }
     let state = step_try!(b.k8s.key_state(&n.tenant, &n.user, &key).await, "read the tenant's key Secret");
     match state {
-        KeyState::Matches => Transition::Done(json!({ "secret": crate::k8s::keys::secret_name(&n.tenant),
-                                                     "fingerprint": r.fingerprint, "written": wrote })),
+        KeyState::Matches => {
+            Transition::Done(json!({ "secret": crate::backends::kubernetes::keys::secret_name(&n.tenant),
+                                                     "fingerprint": r.fingerprint, "written": wrote }))
+        }
         other if ctx.poll_expired() => Transition::Fail(format!(
             "the key {} of {} did not appear in Secret {} in time ({other:?}): is the Authentik→Secret sync running?",
             r.fingerprint,
             n.user,
-            crate::k8s::keys::secret_name(&n.tenant)
+            crate::backends::kubernetes::keys::secret_name(&n.tenant)
         )),
         _ => Transition::Poll { every: b.timings.key_poll, for_at_most: b.timings.key_deadline },
     }
@@ -266,7 +268,7 @@ async fn association(b: &Backends, n: &Names) -> Transition {
     };
     let mut unblocked = false;
     // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
-    if assoc.is_blocked() || assoc.max_submit_jobs == crate::slurm::Limit::At(0) {
+    if assoc.is_blocked() || assoc.max_submit_jobs == crate::backends::slurm::Limit::At(0) {
         let account = std::slice::from_ref(&n.account);
         step_try!(b.slurm.unblock_user(&n.user, account, &limits).await, "lift the offboarding block");
         unblocked = true;
@@ -319,7 +321,7 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
              check the Secret's mount at {} on the login pod (race between the Secret and kubelet projecting it)",
             r.fingerprint,
             n.user,
-            crate::k8s::keys::secret_name(&n.tenant),
+            crate::backends::kubernetes::keys::secret_name(&n.tenant),
             b.k8s_settings.authorized_keys_dir
         )),
     }

@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 
 use super::{AppState, Problem};
-use crate::auth::{self, Principal, Role};
+use crate::http::access::{self, Principal, Role};
 
 /// Failed authentications allowed per source address and window.
 const MAX_FAILURES: u32 = 20;
@@ -84,7 +84,7 @@ impl FromRequestParts<AppState> for Auth {
         let principal = if token.is_empty() {
             None
         } else {
-            auth::authenticate(state.engine.pool(), token).await.map_err(|e| {
+            access::authenticate(state.engine.pool(), token).await.map_err(|e| {
                 tracing::error!(error = %e, "token lookup failed");
                 Problem::internal()
             })?

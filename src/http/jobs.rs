@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 use super::auth::Auth;
 use super::extract::{OptBody, Params, PathParam};
 use super::{AppState, Problem, Route, route};
-use crate::auth::{Principal, Role};
 use crate::engine::{Job, JobFilter, JobState};
+use crate::http::access::{Principal, Role};
 
 pub fn routes() -> Vec<Route> {
     vec![

@@ -3,6 +3,7 @@
 //! Each area lists its routes; the router is built from that one table, so the table is exactly
 //! what is served (and a test compares it with openapi.yaml).
 
+pub mod access;
 mod auth;
 mod dashboard;
 mod extract;
@@ -26,9 +27,9 @@ use axum::routing::{MethodFilter, MethodRouter, on};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Engine, WorkerStats};
 use crate::intake::Intake;
-use crate::tenants::TenantRegistry;
 
 pub use auth::AuthLimiter;
 pub use problem::Problem;

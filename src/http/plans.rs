@@ -10,9 +10,9 @@ use serde::Deserialize;
 use super::auth::Auth;
 use super::extract::{Params, PathParam};
 use super::{AppState, Problem, Route, route};
-use crate::auth::Role;
+use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::dryrun::plan::{Plan, PlanRequest, plan};
-use crate::names::{SlurmAccount, TenantName, Username};
+use crate::http::access::Role;
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::GET, "/v1/plans/{flow}", show)]

@@ -14,10 +14,10 @@ use time::OffsetDateTime;
 use super::auth::Auth;
 use super::extract::PathParam;
 use super::{AppState, Problem, Route, route};
-use crate::auth::Role;
+use crate::domain::tenants::Tenant;
 use crate::engine::EngineError;
-use crate::reconcile::{RECONCILE_FULL, RECONCILE_TENANT};
-use crate::tenants::Tenant;
+use crate::flows::reconcile::{RECONCILE_FULL, RECONCILE_TENANT};
+use crate::http::access::Role;
 
 pub fn routes() -> Vec<Route> {
     vec![

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use super::auth::Auth;
 use super::extract::{Body, PathParam};
 use super::{AppState, Problem, Route, route};
-use crate::auth::{self, Role, TokenError};
-use crate::config::parse_duration;
-use crate::names::TenantName;
+use crate::domain::duration::parse_duration;
+use crate::domain::names::TenantName;
+use crate::http::access::{self, Role, TokenError};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -37,7 +37,7 @@ impl From<TokenError> for Problem {
 
 async fn list(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Admin)?;
-    let tokens = auth::list(s.engine.pool()).await.map_err(TokenError::from)?;
+    let tokens = access::list(s.engine.pool()).await.map_err(TokenError::from)?;
     let tokens: Vec<_> = tokens.into_iter().filter(|t| p.tenant.is_none() || t.tenant == p.tenant).collect();
     Ok(Json(json!({ "tokens": tokens })))
 }
@@ -80,7 +80,7 @@ async fn create(
         }
         None => None,
     };
-    let token = auth::create(s.engine.pool(), &b.name, role, tenant.as_ref(), expires_at, &p.actor()).await?;
+    let token = access::create(s.engine.pool(), &b.name, role, tenant.as_ref(), expires_at, &p.actor()).await?;
     let body = json!({
         "name": b.name, "role": role, "tenant": tenant, "token": token.expose(),
         "expires_at": expires_at.map(|t| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()),
@@ -95,11 +95,11 @@ async fn revoke(
 ) -> Result<StatusCode, Problem> {
     let p = auth.require(Role::Admin)?;
     if let Some(own) = &p.tenant {
-        let tokens = auth::list(s.engine.pool()).await.map_err(TokenError::from)?;
+        let tokens = access::list(s.engine.pool()).await.map_err(TokenError::from)?;
         if !tokens.iter().any(|t| t.name == name && t.tenant.as_deref() == Some(own)) {
             return Err(TokenError::NotFound(name).into());
         }
     }
-    auth::revoke(s.engine.pool(), &name).await?;
+    access::revoke(s.engine.pool(), &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

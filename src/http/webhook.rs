@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{AppState, Problem, Route, route};
+use crate::flows::reconcile::jobs_for_targets;
 use crate::intake::{AuthHeaders, Delivery, event};
-use crate::reconcile::jobs_for_targets;
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::POST, "/webhooks/authentik", authentik)]

@@ -18,12 +18,12 @@ use serde_json::json;
 use super::auth::Auth;
 use super::extract::Body;
 use super::{AppState, Problem, Route, idempotency, route};
-use crate::auth::{Principal, Role};
+use crate::domain::names::{SlurmAccount, TenantName, Username};
+use crate::domain::tenants::{Tenant, TenantRegistry};
 use crate::engine::NewJob;
+use crate::flows::reconcile::plan::{Action, Op};
 use crate::flows::tenant::{self, TENANT_OFFBOARD, TENANT_ONBOARD};
-use crate::names::{SlurmAccount, TenantName, Username};
-use crate::reconcile::plan::{Action, Op};
-use crate::tenants::{Tenant, TenantRegistry};
+use crate::http::access::{Principal, Role};
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::POST, "/v1/jobs", start)]
@@ -141,7 +141,7 @@ fn job(reg: &TenantRegistry, p: &Principal, w: &StartWork) -> Result<NewJob, Pro
                     "a full reconcile spans every tenant; this token acts for tenant {own} only"
                 )));
             }
-            crate::reconcile::full_job(p.actor(), p.actor().as_str())
+            crate::flows::reconcile::full_job(p.actor(), p.actor().as_str())
         }
     })
 }

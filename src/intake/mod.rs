@@ -3,7 +3,6 @@
 //! `http::webhook`; reconcile itself is `reconcile`.
 
 pub mod event;
-pub mod setup;
 pub mod signature;
 pub mod writer;
 
@@ -11,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::tenants::TenantRegistry;
+use crate::domain::tenants::TenantRegistry;
 
 pub use signature::{AuthFailure, AuthHeaders, SigningSecret, WebhookAuth};
 pub use writer::{Delivery, DeliveryWriter, Stored, WriteError};

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::config::{Secret, constant_time_eq};
+use crate::domain::secret::{Secret, constant_time_eq};
 
 /// A `whsec_<base64>` signing key, decoded. Never printed.
 #[derive(Clone, PartialEq, Eq)]

@@ -37,7 +37,7 @@ impl TestDb {
             None => panic!("ONRAMP_TEST_DATABASE_URL must name a database"),
         };
         let pool = PgPoolOptions::new().max_connections(20).connect(&url).await.unwrap();
-        onramp::db::migrate(&pool).await.unwrap();
+        onramp::app::db::migrate(&pool).await.unwrap();
         Self { name, url, pool }
     }
 }

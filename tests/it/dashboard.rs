@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use onramp::auth::Role;
 use onramp::engine::{Actor, NewJob, Registry, Transition};
+use onramp::http::access::Role;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::process::Command;
@@ -77,7 +77,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
                 (1, Some("broken")) if b.load(SeqCst) => {
                     // what a backend's recorder reports: shown with the attempt
                     let call = "weka fs quota set /home/bob --hard 100GB --soft 90GB";
-                    onramp::engine::effects::record(json!({"system": "storage", "call": call, "write": true}));
+                    onramp::effects::record(json!({"system": "storage", "call": call, "write": true}));
                     Transition::Fail("weka: quota service unreachable".into())
                 }
                 _ => Transition::Done(json!({"ok": true})),
@@ -90,7 +90,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     let stop = CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
     let worker = worker_config("dash", Duration::from_secs(10));
-    tokio::spawn(async move { onramp::serve::run(e, Some(listener), Some(worker), None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), Some(worker), None, None, s).await.unwrap() });
     let tok = token(&engine, "ops", Role::Operator, None).await;
     let job =
         |subject: &str, mode: &str| NewJob::new("demo.onboard", subject, json!({"mode": mode}), Actor::cli("test"));
@@ -163,7 +163,7 @@ async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
     a.add_user(FakeUser::new(3, "dave", &["tenant-foo-users"]));
     a.cluster.set(&[("tenant-foo", "alice"), ("tenant-foo", "carol")]);
     let w = TestWorker::start(&a.engine, worker_config("dash", Duration::from_secs(10)));
-    let full = a.engine.enqueue(&[onramp::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap()[0].id;
+    let full = a.engine.enqueue(&[onramp::flows::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap()[0].id;
     wait_state(&a.engine, full, "succeeded", Duration::from_secs(20)).await;
     let tok = token(&a.engine, "ops", Role::Viewer, None).await;
 

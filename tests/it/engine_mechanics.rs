@@ -379,10 +379,11 @@ async fn the_job_list_pages_by_keyset_and_filters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slurm_write_gate_admits_one_process_at_a_time_and_opens_when_dropped() {
-    use onramp::slurm::WriteGate;
+    use onramp::backends::slurm::WriteGate;
     let db = TestDb::new().await;
     // two gates stand for two replicas: each enter opens a session of its own
-    let (a, b) = (onramp::db::PgWriteGate::new(&db.pool), onramp::db::PgWriteGate::new(&db.pool));
+    let (a, b) =
+        (onramp::backends::slurm::PgWriteGate::new(&db.pool), onramp::backends::slurm::PgWriteGate::new(&db.pool));
     let held = a.enter().await.unwrap();
     let waiting = tokio::spawn(async move { b.enter().await.map(|_| ()) });
     let held_by: i64 = sqlx::query_scalar("select count(*) from pg_locks where locktype = 'advisory' and granted and database = (select oid from pg_database where datname = current_database())")

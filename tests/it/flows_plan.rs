@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use onramp::dryrun::Effect;
+use onramp::domain::names::{SlurmAccount, TenantName, Username};
 use onramp::dryrun::plan::{Plan, PlanRequest, plan};
+use onramp::effects::Effect;
 use onramp::engine::{Actor, NewJob};
-use onramp::names::{SlurmAccount, TenantName, Username};
-use onramp::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use onramp::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
 use serde_json::json;
 
 use crate::common::wait_state;

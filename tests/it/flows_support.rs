@@ -8,21 +8,21 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use onramp::dryrun::EffectLog;
-use onramp::dryrun::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
+use onramp::app::intake::IntakeSetup;
+use onramp::backends::exec::{Command, Local, Transport};
+use onramp::backends::kubernetes::Kubernetes;
+use onramp::backends::notify::{Email, Notifier, NotifyArgs};
+use onramp::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
+use onramp::backends::slurm::{HostPath, Slurm, SlurmCli};
+use onramp::backends::storage::{Backend, CommandStorage, StorageArgs};
+use onramp::domain::names::ClusterName;
+use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
+use onramp::effects::EffectLog;
 use onramp::engine::{Engine, Registry, WorkerStats};
-use onramp::exec::{Command, Local, Transport};
+use onramp::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
 use onramp::flows::{Backends, Timings};
-use onramp::intake::setup::IntakeSetup;
 use onramp::intake::{SigningSecret, WebhookAuth};
-use onramp::k8s::Kubernetes;
-use onramp::names::ClusterName;
-use onramp::notify::{Email, Notifier, NotifyArgs};
-use onramp::reconcile::{Brake, Reconciler, SacctmgrAssociations};
-use onramp::slurm::{HostPath, Slurm, SlurmCli};
-use onramp::storage::{Backend, CommandStorage, StorageArgs};
-use onramp::tenants::TenantRegistry;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -154,7 +154,7 @@ impl Harness {
 
         let smtpd = Smtpd::start().await;
         let mut na = NotifyArgs::defaults();
-        na.smtp_url = Some(onramp::config::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
+        na.smtp_url = Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
         na.mail_from = "onramp <onramp@cluster.example>".into();
         let email: Arc<dyn Notifier> = Arc::new(RecordingNotifier {
             inner: Arc::new(Email::from_settings(&na).unwrap().unwrap()),

@@ -4,7 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use onramp::engine::{Actor, NewJob};
-use onramp::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use onramp::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
 use serde_json::{Value, json};
 
 use crate::common::{eventually, wait_state};
@@ -68,7 +68,7 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     .await;
     assert_eq!(mails.len(), 1);
     assert!(mails[0].contains(&format!("To: {UNIX_USER}@example.org")), "{}", mails[0]);
-    let fp = onramp::sshkey::PublicKey::parse(KEY).unwrap().fingerprint();
+    let fp = onramp::domain::sshkey::PublicKey::parse(KEY).unwrap().fingerprint();
     assert!(mails[0].contains(&fp), "{}", mails[0]);
 
     // Every attempt keeps the commands and requests it made.
@@ -345,8 +345,8 @@ async fn re_added_during_retention(via_group: bool) {
 
 #[tokio::test]
 async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
-    use onramp::names::{SlurmAccount, Username};
-    use onramp::slurm::{AccountLimits, AccountSpec, SlurmText, UserLimits};
+    use onramp::backends::slurm::{AccountLimits, AccountSpec, SlurmText, UserLimits};
+    use onramp::domain::names::{SlurmAccount, Username};
     let _one = CAROL.lock().await;
     let h = Harness::start(short()).await;
     onboarded(&h).await;
@@ -362,7 +362,7 @@ async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
     };
     h.backends.slurm.ensure_account(&spec).await.unwrap();
     let carol = [Username::parse(UNIX_USER).unwrap()];
-    let limits = UserLimits { max_jobs: Some(onramp::slurm::Limit::At(5)), ..Default::default() };
+    let limits = UserLimits { max_jobs: Some(onramp::backends::slurm::Limit::At(5)), ..Default::default() };
     h.backends.slurm.add_users(&spec.name, &carol, false, &limits).await.unwrap();
     let elsewhere = h.sbatch_in(&other, &["--begin=now+3600"]).unwrap();
 
@@ -380,7 +380,7 @@ async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
     assert!(carol_rows(&h, &h.assocs().await).is_empty());
     let state = h.backends.slurm.user(&carol[0]).await.unwrap().expect("carol is still a Slurm user");
     let a = state.assocs.iter().find(|a| a.account == other).expect("the other tenant's association");
-    assert!(!a.is_blocked() && a.max_submit_jobs != onramp::slurm::Limit::At(0), "{a:?}");
+    assert!(!a.is_blocked() && a.max_submit_jobs != onramp::backends::slurm::Limit::At(0), "{a:?}");
     assert!(h.squeue().iter().any(|(i, _)| *i == elsewhere), "{:?}", h.squeue());
     assert!(h.sbatch_in(&other, &["--test-only"]).is_ok());
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use onramp::auth::Role;
 use onramp::engine::{Actor, NewJob};
+use onramp::http::access::Role;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -21,8 +21,8 @@ struct App {
 
 /// A token of `role` (optionally scoped to `tenant`) in the app's database.
 pub async fn token(engine: &onramp::engine::Engine, name: &str, role: Role, tenant: Option<&str>) -> String {
-    let tenant = tenant.map(|t| onramp::names::TenantName::parse(t).unwrap());
-    onramp::auth::create(engine.pool(), name, role, tenant.as_ref(), None, &Actor::cli("test"))
+    let tenant = tenant.map(|t| onramp::domain::names::TenantName::parse(t).unwrap());
+    onramp::http::access::create(engine.pool(), name, role, tenant.as_ref(), None, &Actor::cli("test"))
         .await
         .unwrap()
         .expose()
@@ -37,7 +37,7 @@ async fn app(with_worker: bool) -> App {
     let stop = CancellationToken::new();
     let worker = with_worker.then(|| worker_config("api-test", Duration::from_secs(10)));
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::serve::run(e, Some(listener), worker, None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), worker, None, None, s).await.unwrap() });
     App { base, stop, engine, http: reqwest::Client::new(), _db: db }
 }
 
@@ -69,7 +69,7 @@ async fn the_api_wants_a_token_and_says_so_in_problem_json() {
     let (status, _, body) = a.get("/v1/jobs?state=sideways", &t).await;
     assert_eq!((status, body["type"].as_str()), (StatusCode::BAD_REQUEST, Some("urn:onramp:problem:bad-request")));
     // revocation takes effect at once
-    onramp::auth::revoke(a.engine.pool(), "ops").await.unwrap();
+    onramp::http::access::revoke(a.engine.pool(), "ops").await.unwrap();
     assert_eq!(a.get("/v1/jobs", &t).await.0, StatusCode::UNAUTHORIZED);
     a.stop.cancel();
 }

@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use onramp::auth::Role;
+use onramp::domain::tenants::TenantRegistry;
 use onramp::engine::{Actor, NewJob, WorkerStats};
+use onramp::flows::reconcile::RECONCILE_FULL;
 use onramp::http::AppState;
-use onramp::reconcile::RECONCILE_FULL;
-use onramp::tenants::TenantRegistry;
+use onramp::http::access::Role;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::net::TcpListener;

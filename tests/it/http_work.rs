@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use onramp::auth::Role;
+use onramp::domain::names::{SlurmAccount, TenantName, Username};
 use onramp::engine::Actor;
-use onramp::names::{SlurmAccount, TenantName, Username};
-use onramp::reconcile::plan::{Action, Op};
+use onramp::flows::reconcile::plan::{Action, Op};
+use onramp::http::access::Role;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -249,7 +249,7 @@ async fn without_a_tenant_registry_starting_work_and_tenants_answer_503() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = tokio_util::sync::CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::serve::run(e, Some(listener), None, None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), None, None, None, s).await.unwrap() });
     let admin = token(&engine, "admin", Role::Admin, None).await;
     let http = reqwest::Client::new();
     let r = http

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use onramp::authentik::AuthentikError;
+use onramp::backends::authentik::AuthentikError;
 use serde_json::{Value, json};
 
 use crate::common::{TestDb, TestWorker, eventually, wait_state, worker_config};
@@ -160,9 +160,11 @@ async fn safety_brake_holds_when_authentik_returns_an_empty_group() {
     all.extend([("tenant-bar", "keeper"), ("tenant-bar", "leaver")]);
     app.cluster.set(&all);
     let w = TestWorker::start(&app.engine, worker_config("w1", Duration::from_secs(5)));
-    let id =
-        app.engine.enqueue(&[onramp::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")]).await.unwrap()
-            [0]
+    let id = app
+        .engine
+        .enqueue(&[onramp::flows::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")])
+        .await
+        .unwrap()[0]
         .id;
     wait_state(&app.engine, id, "succeeded", Duration::from_secs(20)).await;
     let offboards = pairs(&app.jobs("user.offboard").await);
@@ -172,9 +174,11 @@ async fn safety_brake_holds_when_authentik_returns_an_empty_group() {
     let hold = wait_state(&app.engine, holds[0].0, "needs_approval", Duration::from_secs(20)).await;
     assert!(hold.last_error.as_deref().unwrap_or_default().contains("20 of 20"), "{hold:?}");
     // another pass while the hold waits: still nobody offboarded in foo, still one hold
-    let id =
-        app.engine.enqueue(&[onramp::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")]).await.unwrap()
-            [0]
+    let id = app
+        .engine
+        .enqueue(&[onramp::flows::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")])
+        .await
+        .unwrap()[0]
         .id;
     wait_state(&app.engine, id, "succeeded", Duration::from_secs(20)).await;
     assert_eq!(app.jobs("user.offboard").await.len(), 1);
@@ -197,9 +201,11 @@ async fn a_missing_group_offboards_nobody() {
     app.fake.lock().unwrap().groups.retain(|g| g != "tenant-foo-ml");
     app.cluster.set(&[("tenant-foo", "alice")]);
     let w = TestWorker::start(&app.engine, worker_config("w1", Duration::from_secs(5)));
-    let id =
-        app.engine.enqueue(&[onramp::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")]).await.unwrap()
-            [0]
+    let id = app
+        .engine
+        .enqueue(&[onramp::flows::reconcile::full_job(onramp::engine::Actor::reconciler(), "test")])
+        .await
+        .unwrap()[0]
         .id;
     let job = wait_state(&app.engine, id, "succeeded", Duration::from_secs(20)).await;
     assert_eq!(job.outputs["reconcile"]["tenants"][0]["decision"], "skipped", "{}", job.outputs);
@@ -241,9 +247,9 @@ async fn api_client_pages_retries_and_types_its_errors() {
     assert_eq!(c.active_members("tenant-foo-users").await.unwrap().len(), 124);
     assert_eq!(c.user_by_username("u5").await.unwrap().pk, 5);
 
-    let bad = onramp::authentik::AuthentikClient::new(onramp::authentik::AuthentikConfig {
+    let bad = onramp::backends::authentik::AuthentikClient::new(onramp::backends::authentik::AuthentikConfig {
         url: url.clone(),
-        token: onramp::config::Secret::new("wrong"),
+        token: onramp::domain::secret::Secret::new("wrong"),
         timeout: Duration::from_secs(5),
         attempts: 3,
         backoff: Duration::from_millis(10),

@@ -11,15 +11,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use onramp::authentik::{AuthentikClient, AuthentikConfig};
-use onramp::config::Secret;
+use onramp::app::intake::IntakeSetup;
+use onramp::backends::authentik::{AuthentikClient, AuthentikConfig};
+use onramp::domain::names::{SlurmAccount, Username};
+use onramp::domain::secret::Secret;
+use onramp::domain::tenants::TenantRegistry;
 use onramp::engine::{Engine, Flow, Registry, StepCtx, StepFuture, Transition, WorkerStats};
-use onramp::intake::setup::IntakeSetup;
+use onramp::flows::reconcile::cluster::AssocFuture;
+use onramp::flows::reconcile::{AssociationSource, Brake, Reconciler, USER_OFFBOARD, USER_ONBOARD};
 use onramp::intake::{SigningSecret, WebhookAuth};
-use onramp::names::{SlurmAccount, Username};
-use onramp::reconcile::cluster::AssocFuture;
-use onramp::reconcile::{AssociationSource, Brake, Reconciler, USER_OFFBOARD, USER_ONBOARD};
-use onramp::tenants::TenantRegistry;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -325,11 +325,11 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
 /// Plans with the settings' defaults.
 pub fn dry_config() -> onramp::dryrun::sim::DryConfig {
     onramp::dryrun::sim::DryConfig {
-        cluster: onramp::names::ClusterName::parse("production").unwrap(),
-        k8s: onramp::k8s::K8sArgs::defaults(),
-        storage: onramp::storage::StorageArgs::defaults(),
+        cluster: onramp::domain::names::ClusterName::parse("production").unwrap(),
+        k8s: onramp::backends::kubernetes::K8sArgs::defaults(),
+        storage: onramp::backends::storage::StorageArgs::defaults(),
         timings: onramp::flows::Timings::default(),
-        archive_dir: onramp::slurm::HostPath::parse("/var/spool/slurm/archive").unwrap(),
+        archive_dir: onramp::backends::slurm::HostPath::parse("/var/spool/slurm/archive").unwrap(),
         login_address: "login.example".into(),
         notify: true,
         batch_window: Duration::ZERO,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use onramp::config::Secret;
+use onramp::domain::secret::Secret;
 use onramp::intake::WebhookAuth;
 use serde_json::{Value, json};
 

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use axum::http::Method;
-use onramp::k8s::K8sError;
-use onramp::k8s::keys::{Applied, KeyState};
-use onramp::k8s::tenant::Deleted;
-use onramp::names::Username;
-use onramp::sshkey::PublicKey;
+use onramp::backends::kubernetes::K8sError;
+use onramp::backends::kubernetes::keys::{Applied, KeyState};
+use onramp::backends::kubernetes::tenant::Deleted;
+use onramp::domain::names::Username;
+use onramp::domain::sshkey::PublicKey;
 use serde_json::json;
 
 use crate::fake_k8s::Fault;
@@ -157,7 +157,7 @@ async fn api_faults_are_typed() {
     assert!(e.to_string().contains("\"patch\" on \"nodes\" cluster-wide"), "{e}");
 
     // Nothing listens: a connection error, retryable.
-    let dead = onramp::k8s::K8s::for_url("http://127.0.0.1:9", k8s.settings().clone()).unwrap();
+    let dead = onramp::backends::kubernetes::K8s::for_url("http://127.0.0.1:9", k8s.settings().clone()).unwrap();
     let e = dead.key_state(&t, &alice, &key).await.unwrap_err();
     assert!(matches!(e, K8sError::Connection { .. }) && e.is_retryable(), "{e}");
 }

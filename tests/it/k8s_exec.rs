@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::Method;
-use onramp::exec::{Command, Local, Transport, TransportError};
-use onramp::k8s::exec::{PodExec, Target};
-use onramp::k8s::keys::KeyState;
-use onramp::k8s::login::{HomeOutcome, LoginPod};
-use onramp::names::{SlurmAccount, Username};
-use onramp::sshkey::PublicKey;
+use onramp::backends::exec::{Command, Local, Transport, TransportError};
+use onramp::backends::kubernetes::exec::{PodExec, Target};
+use onramp::backends::kubernetes::keys::KeyState;
+use onramp::backends::kubernetes::login::{HomeOutcome, LoginPod};
+use onramp::domain::names::{SlurmAccount, Username};
+use onramp::domain::sshkey::PublicKey;
 
 use crate::fake_k8s::Fault;
 use crate::k8s_support::{TENANT, client, cluster, tenant};
@@ -57,10 +57,10 @@ async fn connects_through_a_kubeconfig() {
         fake.url
     );
     std::fs::write(&path, kc).unwrap();
-    let mut s = onramp::k8s::K8sArgs::defaults();
+    let mut s = onramp::backends::kubernetes::K8sArgs::defaults();
     s.kubeconfig = Some(path);
     s.k8s_context = Some("test".into());
-    let k8s = onramp::k8s::K8s::connect(s).await.unwrap();
+    let k8s = onramp::backends::kubernetes::K8s::connect(s).await.unwrap();
     let out = PodExec::slurmctld(&k8s).run(&Command::new("echo").arg("hi"), T).await.unwrap();
     assert_eq!(out.stdout, "hi\n");
 }

@@ -6,10 +6,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use onramp::exec::Command;
-use onramp::k8s::Kubernetes;
-use onramp::names::Username;
-use onramp::sshkey::PublicKey;
+use onramp::backends::exec::Command;
+use onramp::backends::kubernetes::Kubernetes;
+use onramp::domain::names::Username;
+use onramp::domain::sshkey::PublicKey;
 use serde_json::{Value, json};
 
 use crate::fake_k8s::Access;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use onramp::k8s::{K8s, K8sArgs};
-use onramp::names::TenantName;
+use onramp::backends::kubernetes::{K8s, K8sArgs};
+use onramp::domain::names::TenantName;
 use serde_json::json;
 
 use crate::fake_k8s::FakeK8s;

@@ -8,10 +8,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use onramp::config::Secret;
-use onramp::names::{SlurmAccount, TenantName, Username};
-use onramp::notify::{Email, Message, Notifier, NotifyArgs, Onboarding, Recipient, Slack};
-use onramp::sshkey::PublicKey;
+use onramp::backends::notify::{Email, Message, Notifier, NotifyArgs, Onboarding, Recipient, Slack};
+use onramp::domain::names::{SlurmAccount, TenantName, Username};
+use onramp::domain::secret::Secret;
+use onramp::domain::sshkey::PublicKey;
 use serde_json::Value;
 
 use crate::common::eventually;

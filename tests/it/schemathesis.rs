@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use onramp::auth::Role;
+use onramp::http::access::Role;
 use tokio::process::Command;
 
 use crate::common::*;

@@ -1,7 +1,7 @@
 //! Fingerprints equal what `ssh-keygen -lf` prints for the same key (Debian's openssh-client).
 
-use onramp::exec::{Command, Local, Transport};
-use onramp::sshkey::PublicKey;
+use onramp::backends::exec::{Command, Local, Transport};
+use onramp::domain::sshkey::PublicKey;
 use std::time::Duration;
 
 #[tokio::test]

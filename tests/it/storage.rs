@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use onramp::exec::Local;
-use onramp::names::{TenantName, Username};
-use onramp::storage::{
+use onramp::backends::exec::Local;
+use onramp::backends::storage::{
     Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError, Target,
 };
+use onramp::domain::names::{TenantName, Username};
 use serde_json::Value;
 
 struct FakeCli {

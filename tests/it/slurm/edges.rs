@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use onramp::exec::{Command, RunFuture, Transport};
+use onramp::backends::exec::{Command, RunFuture, Transport};
 
 use super::*;
 
@@ -53,7 +53,7 @@ async fn hostile_names_never_reach_an_argv() {
         assert!(SlurmText::parse(s).is_err(), "{s:?}");
     }
     // Everything that does reach an argv is one element each, with only expected characters.
-    let rec = onramp::exec::Recorder::new();
+    let rec = onramp::backends::exec::Recorder::new();
     let s = SlurmCli::new(Arc::new(rec.clone()), cluster());
     let spec = tenant("tenant-foo", &["ml-team-foo"]);
     let _ = s.ensure_tenant(&spec).await;
@@ -82,7 +82,7 @@ async fn hostile_names_never_reach_an_argv() {
 fn doctor_reports_what_the_test_cluster_really_lacks() {
     cluster_up();
     let config = std::process::Command::new("scontrol").args(["show", "config"]).output().unwrap();
-    let config = onramp::slurm::parse::config(&String::from_utf8_lossy(&config.stdout));
+    let config = onramp::backends::slurm::parse::config(&String::from_utf8_lossy(&config.stdout));
     let doctor = |extra: &[&str]| {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_onramp"))
             .args(["doctor", "--json"])

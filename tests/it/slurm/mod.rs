@@ -10,9 +10,9 @@ mod users;
 
 use std::sync::{Arc, OnceLock};
 
-use onramp::exec::Local;
-use onramp::names::{ClusterName, QosName, SlurmAccount, Username};
-use onramp::slurm::*;
+use onramp::backends::exec::Local;
+use onramp::backends::slurm::*;
+use onramp::domain::names::{ClusterName, QosName, SlurmAccount, Username};
 
 /// Tests that need the node's two CPUs take turns.
 pub static NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

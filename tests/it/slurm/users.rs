@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use onramp::exec::{Command, RunFuture, Transport};
+use onramp::backends::exec::{Command, RunFuture, Transport};
 
 use super::*;
 

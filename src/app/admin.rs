@@ -1,0 +1,171 @@
+//! `onramp jobs …` (the engine's operations from a terminal) and `onramp doctor`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::app::cli::{DoctorArgs, JobsAction, JobsArgs, ReconcileArgs, TokenAction, TokenArgs};
+use crate::app::db;
+use crate::app::intake::IntakeSetup;
+use crate::backends::exec::Local;
+use crate::backends::slurm;
+use crate::backends::slurm::{HostPath, SlurmCli};
+use crate::domain::names::{ClusterName, TenantName};
+use crate::engine::{Actor, Engine, JobFilter, JobState};
+use crate::flows;
+use crate::http::access::{self, Role};
+
+pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    let engine = Engine::new(pool, flows::registry());
+    let actor = cli_actor();
+    let out = match args.action {
+        JobsAction::List { state, limit } => {
+            let state = state.as_deref().map(str::parse::<JobState>).transpose().map_err(anyhow::Error::msg)?;
+            let jobs = engine.list(&JobFilter { state, limit, ..Default::default() }).await?;
+            for j in &jobs {
+                println!(
+                    "{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})",
+                    j.id, j.state, j.kind, j.subject, j.step, j.attempt
+                );
+            }
+            return Ok(());
+        }
+        JobsAction::Show { id } => json!({
+            "job": engine.job(id).await?,
+            "steps": engine.step_runs(id).await?,
+            "events": engine.events(id).await?,
+        }),
+        JobsAction::Cancel { id, reason } => {
+            json!(engine.cancel(id, &actor, reason.as_deref()).await?)
+        }
+        JobsAction::Retry { id } => json!(engine.retry(id, &actor).await?),
+        JobsAction::Approve { id } => json!(engine.approve(id, &actor).await?),
+    };
+    println!("{}", serde_json::to_string_pretty(&out).context("printing")?);
+    Ok(())
+}
+
+pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    match args.action {
+        TokenAction::Create { name, role, tenant, expires } => {
+            let role: Role = role.parse().map_err(anyhow::Error::msg)?;
+            let tenant = tenant.as_deref().map(TenantName::parse).transpose()?;
+            let expires_at = expires.map(|d| time::OffsetDateTime::now_utc() + d);
+            let token = access::create(&pool, &name, role, tenant.as_ref(), expires_at, &cli_actor()).await?;
+            eprintln!("onramp: created {role} token {name:?}; it is shown once:");
+            println!("{}", token.expose());
+        }
+        TokenAction::List => {
+            for t in access::list(&pool).await? {
+                let state = if t.revoked_at.is_some() { "revoked" } else { "active" };
+                println!("{:<24} {:<9} {:<20} {state}", t.name, t.role, t.tenant.as_deref().unwrap_or("(all tenants)"));
+            }
+        }
+        TokenAction::Revoke { name } => {
+            access::revoke(&pool, &name).await?;
+            eprintln!("onramp: revoked token {name:?}");
+        }
+    }
+    Ok(())
+}
+
+/// `onramp reconcile`: enqueue a reconcile job for the workers; with --wait, print its decision.
+pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+    let setup = IntakeSetup::from_args(&args.intake, false)?.ok_or_else(|| {
+        anyhow::anyhow!("reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)")
+    })?;
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    let engine = Engine::new(pool, setup.registry(flows::registry()));
+    let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
+    let cause = format!("onramp reconcile by {actor}");
+    let job = match (&args.tenant, args.user) {
+        (Some(t), _) => {
+            anyhow::ensure!(setup.tenants.tenant(t).is_some(), "tenant {t:?} is not in the tenant registry");
+            crate::flows::reconcile::tenant_job(t, actor, &cause)
+        }
+        (None, Some(pk)) => crate::flows::reconcile::user_job(pk, actor, &cause),
+        (None, None) => crate::flows::reconcile::full_job(actor, &cause),
+    };
+    let e = engine.enqueue(&[job]).await?[0];
+    println!("{} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
+    if args.wait {
+        loop {
+            let j = engine.job(e.id).await?;
+            if matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled" | "needs_approval") {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({ "state": j.state, "outputs": j.outputs, "error": j.last_error })
+                    )?
+                );
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
+}
+
+fn cli_actor() -> Actor {
+    Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
+}
+
+/// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.
+pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
+    let cluster = ClusterName::parse(&args.slurm.slurm_cluster)?;
+    let slurm = SlurmCli::new(Arc::new(Local), cluster).with_timeout(args.slurm.slurm_timeout);
+    let cgroup = args.cgroup_conf.as_deref().map(HostPath::parse).transpose()?;
+    let report = slurm::doctor::doctor(&slurm, cgroup).await.context("reading the Slurm configuration")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("printing")?);
+    } else {
+        print!("{}", slurm::doctor::render(&report));
+    }
+    if report.cluster != args.slurm.slurm_cluster {
+        eprintln!(
+            "onramp: slurmctld serves cluster {:?}, onramp is set up for {:?} (ONRAMP_SLURM_CLUSTER)",
+            report.cluster, args.slurm.slurm_cluster
+        );
+        return Ok(std::process::ExitCode::FAILURE);
+    }
+    Ok(if report.ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+}
+
+/// `onramp plan <flow> --tenant T [--user U]`: the plan, for people or as JSON.
+pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
+    use crate::domain::names::{SlurmAccount, TenantName, Username};
+    use crate::dryrun::{plan, sim::DryConfig};
+    let a = &args.intake;
+    let (tenants, authentik) = if a.authentik_url.is_some() {
+        let setup = crate::app::intake::IntakeSetup::from_args(a, false)?
+            .ok_or_else(|| anyhow::anyhow!("the plan needs the tenant registry (ONRAMP_TENANTS)"))?;
+        (setup.tenants.clone(), Some(setup.reconciler.authentik.clone()))
+    } else {
+        let path = a.tenants.as_ref().ok_or_else(|| anyhow::anyhow!("the plan needs --tenants (ONRAMP_TENANTS)"))?;
+        (std::sync::Arc::new(crate::domain::tenants::TenantRegistry::load(path)?), None)
+    };
+    let req = plan::PlanRequest {
+        flow: args.flow.clone(),
+        tenant: TenantName::parse(&args.tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?,
+        user: args.user.as_deref().map(Username::parse).transpose().map_err(|e| anyhow::anyhow!("--user: {e}"))?,
+        account: args
+            .account
+            .as_deref()
+            .map(SlurmAccount::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--account: {e}"))?,
+        hard_cutoff: args.hard_cutoff,
+    };
+    let cfg = DryConfig::from_args(&args.slurm, &args.k8s, &args.storage, &args.flows, &args.notify)?;
+    let p = plan::plan(&req, &cfg, tenants, authentik).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        print!("{}", p.text());
+    }
+    anyhow::ensure!(p.stopped.is_none(), "the plan stops before the flow's end: {}", p.stopped.unwrap_or_default());
+    Ok(())
+}

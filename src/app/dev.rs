@@ -1,0 +1,224 @@
+//! `onramp dev`: everything on one machine. A private PostgreSQL (unless DATABASE_URL is set),
+//! migrations, both roles, and sample jobs to watch.
+
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use anyhow::Context;
+
+use crate::app::cli::DevArgs;
+use crate::app::devpg::PrivatePg;
+use crate::domain::secret::Secret;
+use std::sync::Arc;
+
+use crate::app::intake::IntakeSetup;
+use crate::app::{db, serve};
+use crate::backends::authentik::Authentik;
+use crate::backends::record::{RecordingAuthentik, RecordingTransport};
+use crate::backends::slurm::{HostPath, Slurm, SlurmCli};
+use crate::domain::names::ClusterName;
+use crate::domain::tenants::TenantRegistry;
+use crate::dryrun::sim::{self, DryConfig, SimAuthentik, World};
+use crate::effects::EffectLog;
+use crate::engine::{Actor, Engine, NewJob};
+use crate::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use crate::flows::{self, selftest};
+use crate::intake::{SigningSecret, WebhookAuth};
+
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let pg = match &args.database_url {
+        Some(_) => None,
+        None => Some(PrivatePg::start(&args.dev_dir).await?),
+    };
+    let url = args.database_url.clone().or_else(|| pg.as_ref().map(|p| p.url.clone())).expect("one of them");
+    let result = run(&args, &url, pg.as_ref()).await;
+    if let Some(pg) = pg {
+        pg.stop().await?;
+        eprintln!("onramp dev: stopped the private PostgreSQL");
+    }
+    result
+}
+
+/// The demo tenant of `onramp dev`.
+const DEV_TENANTS: &str = "uid_offset: 4000\ngid_offset: 4000\ntenants:\n  - name: demo\n    description: Demo tenant\n    \
+group: tenant-demo-users\n    account: tenant-demo\n    limits: { fairshare: 100, grp_tres: gres/gpu=16, grp_jobs: 50 }\n    \
+user_defaults: { default_qos: normal, qos: [normal], max_jobs: 10 }\n    \
+quotas:\n      home: { path: /home, soft: 45GB, hard: 50GB }\n      scratch: { path: /tenant/demo/scratch, soft: 9TB, hard: 10TB }\n    \
+default_team: ml-team-demo\n    teams:\n      - { account: ml-team-demo, group: tenant-demo-ml }\n";
+
+/// The signing secret of the dev webhook (the intake is real; only this key is made up).
+const DEV_WHSEC: &str = "whsec_b25yYW1wLWRldi1zaWduaW5nLWtleQ==";
+
+/// The runbook's waits, short enough to watch.
+fn dev_timings() -> flows::Timings {
+    let s = std::time::Duration::from_secs;
+    flows::Timings {
+        key_poll: s(2),
+        key_deadline: s(60),
+        propagation: s(10),
+        restart_wait: s(10),
+        drain_poll: s(5),
+        drain_deadline: s(60),
+        retention: s(120),
+        retry_initial: s(1),
+    }
+}
+
+/// The real intake, reconciler and flows on the simulated cluster (see `crate::dryrun`): a
+/// demo tenant whose accounts exist, Authentik with alice and bob in its group, and dave, who
+/// left it but still has an association. Every simulated call is printed.
+async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, IntakeSetup, DryConfig)> {
+    let tenants = Arc::new(TenantRegistry::parse(DEV_TENANTS, "onramp dev")?);
+    let demo = tenants.tenant("demo").expect("the demo tenant");
+    let cluster = ClusterName::parse("dev").expect("a cluster name");
+    let cfg = DryConfig {
+        cluster: cluster.clone(),
+        k8s: crate::backends::kubernetes::K8sArgs::defaults(),
+        storage: crate::backends::storage::StorageArgs::defaults(),
+        timings: dev_timings(),
+        archive_dir: HostPath::parse("/var/spool/slurm/archive").expect("a path"),
+        login_address: "login.demo.example".into(),
+        notify: true,
+        batch_window: std::time::Duration::from_millis(500),
+    };
+    let world = World::new(&cluster, cfg.k8s.clone());
+    let seed = SlurmCli::new(world.slurm_host(), cluster);
+    seed.ensure_tenant(&flows::specs::tenant_spec(demo).map_err(anyhow::Error::msg)?).await?;
+    let dave = [crate::domain::names::Username::parse("dave").expect("a name")];
+    let limits = flows::specs::user_limits(demo).map_err(anyhow::Error::msg)?;
+    seed.add_users(&demo.account, &dave, true, &limits).await?;
+    let users = vec![
+        sim::directory_user(1, "alice", &["tenant-demo-users", "tenant-demo-ml"]),
+        sim::directory_user(2, "bob", &["tenant-demo-users"]),
+        sim::directory_user(4, "dave", &[]),
+    ];
+    let authentik: Arc<dyn Authentik> = Arc::new(SimAuthentik::new(None, users));
+    let backends = sim::backends(&cfg, &world, authentik.clone(), tenants.clone(), log).map_err(anyhow::Error::msg)?;
+    let reconciler = Reconciler::new(
+        Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
+        tenants.clone(),
+        Arc::new(SacctmgrAssociations {
+            transport: RecordingTransport::wrap("slurm", world.slurm_host(), log),
+            timeout: std::time::Duration::from_secs(10),
+        }),
+        Brake::default(),
+    );
+    let setup = IntakeSetup {
+        reconciler,
+        tenants,
+        auth: WebhookAuth {
+            signing_secrets: vec![DEV_WHSEC.parse().map_err(anyhow::Error::msg)?],
+            bearer_tokens: vec![],
+            tolerance: std::time::Duration::from_secs(300),
+        },
+        settle: std::time::Duration::from_secs(1),
+        max_body: 1 << 20,
+        writers: 1,
+        batch: 64,
+        reconcile_interval: std::time::Duration::from_secs(3600),
+    };
+    Ok((backends, setup, cfg))
+}
+
+/// Prints each simulated call as it happens.
+async fn print_effects(log: EffectLog) {
+    let mut seen = 0;
+    loop {
+        for e in log.since(seen) {
+            seen += 1;
+            println!("[dry-run] {} {:<14} {}", if e.write { "+" } else { " " }, e.system, e.call);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// "alice was updated in Authentik", signed, to our own webhook: the real intake stores it and
+/// re-reads alice from (the simulated) Authentik.
+async fn sample_webhook(addr: std::net::SocketAddr) -> anyhow::Result<u16> {
+    let model = json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "alice"});
+    let body = json!({ "event_uuid": uuid::Uuid::new_v4().simple().to_string(), "action": "model_updated",
+        "app": "authentik.events.models", "model": model, "actor": { "pk": 1, "username": "akadmin" },
+        "context": { "model": model }, "created": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339)? });
+    let raw = serde_json::to_vec(&body)?;
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+    let key: SigningSecret = DEV_WHSEC.parse().map_err(anyhow::Error::msg)?;
+    let res = reqwest::Client::new()
+        .post(format!("http://{addr}/webhooks/authentik"))
+        .header("content-type", "application/json")
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", key.sign(&id, ts, &raw))
+        .body(raw)
+        .send()
+        .await?;
+    Ok(res.status().as_u16())
+}
+
+async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Result<()> {
+    let pool = db::connect(url, 16).await?;
+    db::migrate(&pool).await?;
+    let log = EffectLog::default();
+    let (backends, setup, cfg) = dry_cluster(&log).await?;
+    let registry = setup.registry(flows::with_backends(flows::registry(), backends.clone()));
+    let engine = Engine::new(pool, registry);
+    backends.attach(&engine);
+    let samples = enqueue_samples(&engine).await?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", args.listen))?;
+    let addr = listener.local_addr()?;
+    sqlx::query("delete from api_tokens where name = 'dev'").execute(engine.pool()).await?;
+    let token = crate::http::access::create(
+        engine.pool(),
+        "dev",
+        crate::http::access::Role::Admin,
+        None,
+        None,
+        &Actor::cli("dev"),
+    )
+    .await?;
+    let db_line = match pg {
+        Some(pg) => format!("a private PostgreSQL in {} (stopped with onramp)", pg.data_dir().display()),
+        None => format!("{} (DATABASE_URL)", db::describe(url)),
+    };
+    println!(
+        "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  database:  {db_line}\n  API token: {t}\n\n\
+         The cluster is simulated (a dry run: every command and request is printed with [dry-run], nothing runs).\n\
+         Tenant demo exists; in Authentik alice and bob are in its group, dave left it. The full reconcile at start\n\
+         onboards alice and bob and offboards dave (his hard cutoff is not needed; his retention is 2 minutes); a\n\
+         signed webhook about alice goes through the real intake. Engine samples {samples:?} show a timer, retries\n\
+         and an approval. Try:\n\
+         \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs\
+         \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}\
+         \n  curl -s -X POST -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}/approve\n\nCtrl-C stops everything.\n",
+        t = token.expose(),
+        last = samples.last().copied().unwrap_or(1),
+    );
+    tokio::spawn(print_effects(log));
+    tokio::spawn(async move {
+        match sample_webhook(addr).await {
+            Ok(status) => println!("[dev] sample webhook (alice updated) answered {status}"),
+            Err(e) => eprintln!("[dev] sample webhook failed: {e:#}"),
+        }
+    });
+    let worker = serve::worker_config(&args.worker);
+    serve::run(engine, Some(listener), Some(worker), Some(setup), Some(cfg), serve::shutdown_on_signal()).await
+}
+
+/// A few jobs that show the engine's mechanics; each only once while it is unfinished.
+async fn enqueue_samples(engine: &Engine) -> anyhow::Result<Vec<i64>> {
+    let actor = Actor::cli("dev");
+    let jobs: Vec<NewJob> = [
+        ("selftest/sleep", json!({ "sleep_ms": 1500 })),
+        ("selftest/timer", json!({ "wait_ms": 20000 })),
+        ("selftest/retries", json!({ "fail_attempts": 2 })),
+        ("selftest/approval", json!({ "approval": true })),
+    ]
+    .into_iter()
+    .map(|(subject, input)| {
+        NewJob::new(selftest::KIND, subject, input, actor.clone()).dedupe(format!("dev-sample:{subject}"))
+    })
+    .collect();
+    Ok(engine.enqueue(&jobs).await?.into_iter().map(|e| e.id).collect())
+}

@@ -1,0 +1,138 @@
+//! Turning the intake settings into running parts: the Authentik client, the tenant registry, the
+//! reconciler and its flows, the webhook's writer, and the periodic full reconcile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::cli::IntakeArgs;
+use crate::backends::authentik::{AuthentikClient, AuthentikConfig};
+use crate::backends::exec::Local;
+use crate::domain::secret::Secret;
+use crate::domain::tenants::TenantRegistry;
+use crate::engine::{Actor, Engine, Registry};
+use crate::flows::reconcile::{AssociationSource, Brake, Reconciler, SacctmgrAssociations, full_job};
+use crate::intake::{DeliveryWriter, Intake, IntakeStats, SigningSecret, WebhookAuth};
+
+pub struct IntakeSetup {
+    pub reconciler: Arc<Reconciler>,
+    pub tenants: Arc<TenantRegistry>,
+    pub auth: WebhookAuth,
+    pub settle: Duration,
+    pub max_body: usize,
+    pub writers: usize,
+    pub batch: usize,
+    pub reconcile_interval: Duration,
+}
+
+impl IntakeSetup {
+    /// None when intake is not configured at all; an error naming the setting when it is half
+    /// configured or a value is wrong. `webhook`: the webhook's authentication is required too.
+    pub fn from_args(a: &IntakeArgs, webhook: bool) -> anyhow::Result<Option<Self>> {
+        let token = match (&a.authentik_token, &a.authentik_token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(f)) => {
+                let t = std::fs::read_to_string(f)
+                    .with_context(|| format!("cannot read ONRAMP_AUTHENTIK_TOKEN_FILE {}", f.display()))?;
+                Some(Secret::new(t.trim()))
+            }
+            (None, None) => None,
+        };
+        let (Some(tenants), Some(url), Some(token)) = (&a.tenants, &a.authentik_url, token) else {
+            let set = [
+                a.tenants.is_some(),
+                a.authentik_url.is_some(),
+                a.authentik_token.is_some() || a.authentik_token_file.is_some(),
+            ];
+            if set.iter().any(|s| *s) {
+                let missing: Vec<&str> = [
+                    ("ONRAMP_TENANTS", set[0]),
+                    ("ONRAMP_AUTHENTIK_URL", set[1]),
+                    ("ONRAMP_AUTHENTIK_TOKEN(_FILE)", set[2]),
+                ]
+                .iter()
+                .filter(|(_, s)| !s)
+                .map(|(n, _)| *n)
+                .collect();
+                bail!("Authentik intake is half configured: missing setting {}", missing.join(", "));
+            }
+            return Ok(None);
+        };
+        let registry = Arc::new(TenantRegistry::load(tenants)?);
+        let client = AuthentikClient::new(AuthentikConfig {
+            url: url.clone(),
+            token,
+            timeout: a.authentik_timeout,
+            attempts: a.authentik_attempts,
+            backoff: Duration::from_millis(500),
+            page_size: 100,
+        })
+        .map_err(anyhow::Error::msg)?;
+        let cluster: Arc<dyn AssociationSource> =
+            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: a.sacctmgr_timeout });
+        let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
+        // parsed here rather than by clap, whose error would print the value
+        let mut signing_secrets = vec![];
+        for (i, s) in a.webhook_secrets.iter().enumerate() {
+            let key = s.expose().parse::<SigningSecret>();
+            signing_secrets.push(key.map_err(|e| anyhow::anyhow!("ONRAMP_WEBHOOK_SECRETS entry {}: {e}", i + 1))?);
+        }
+        let auth =
+            WebhookAuth { signing_secrets, bearer_tokens: a.webhook_tokens.clone(), tolerance: a.webhook_tolerance };
+        if webhook && !auth.is_configured() {
+            bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
+        }
+        Ok(Some(Self::new(Reconciler::new(Arc::new(client), registry.clone(), cluster, brake), auth, a)))
+    }
+
+    pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {
+        Self {
+            tenants: reconciler.tenants.clone(),
+            reconciler,
+            auth,
+            settle: a.webhook_settle,
+            max_body: a.webhook_max_body,
+            writers: usize::from(a.webhook_writers),
+            batch: usize::from(a.webhook_batch),
+            reconcile_interval: a.reconcile_interval,
+        }
+    }
+
+    /// The registry with the reconcile flows added.
+    pub fn registry(&self, base: Registry) -> Registry {
+        crate::flows::with_reconcile(base, self.reconciler.clone())
+    }
+
+    /// Attaches the reconciler to the engine and starts the webhook's writer tasks.
+    pub fn start(&self, engine: &Engine) -> Arc<Intake> {
+        self.reconciler.attach(engine);
+        Arc::new(Intake {
+            auth: self.auth.clone(),
+            writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch),
+            tenants: self.tenants.clone(),
+            settle: self.settle,
+            max_body: self.max_body,
+            stats: IntakeStats::default(),
+        })
+    }
+}
+
+/// Enqueues a full reconcile at start and then every `interval` (a pending one absorbs the next).
+pub async fn periodic_reconcile(engine: Engine, interval: Duration, shutdown: CancellationToken) {
+    let mut cause = "start";
+    loop {
+        if let Err(e) = engine.enqueue(&[full_job(Actor::reconciler(), cause)]).await {
+            tracing::warn!(error = %e, "could not enqueue the periodic full reconcile");
+        }
+        if interval.is_zero() {
+            return;
+        }
+        cause = "periodic";
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}

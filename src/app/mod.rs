@@ -1,0 +1,62 @@
+//! The application: the command line, settings and the composition root that builds the world
+//! (backends → registry → engine → routers) for `serve`, `dev`, plans and the CLI's commands.
+
+pub mod admin;
+pub mod cli;
+pub mod db;
+pub mod dev;
+pub mod devpg;
+pub mod intake;
+pub mod serve;
+mod settings_file;
+pub mod telemetry;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+
+/// Runs a parsed command line; errors are printed as one line.
+pub fn run(cli: Cli) -> ExitCode {
+    // A plan prints the plan; the simulation's own log (its "writes") would only confuse.
+    let log = match (&cli.command, cli.log.as_str()) {
+        (Command::Plan(_), "info") => "warn",
+        (_, l) => l,
+    };
+    if let Err(e) = telemetry::init(log, cli.log_format) {
+        eprintln!("onramp: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("onramp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let done = match cli.command {
+            Command::Migrate(a) => {
+                let pool = db::connect(&a.database_url, 2).await?;
+                db::migrate(&pool).await?;
+                eprintln!("onramp: migrations applied to {}", db::describe(&a.database_url));
+                Ok(())
+            }
+            Command::Serve(a) => serve::serve(*a).await,
+            Command::Dev(a) => dev::dev(a).await,
+            Command::Jobs(a) => admin::jobs(a).await,
+            Command::Token(a) => admin::tokens(a).await,
+            Command::Reconcile(a) => admin::reconcile(a).await,
+            Command::Tenant(a) => crate::flows::tenant::enqueue_cli(a).await,
+            Command::Doctor(a) => return admin::doctor(a).await,
+            Command::Plan(a) => admin::plan(*a).await,
+        };
+        done.map(|()| ExitCode::SUCCESS)
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("onramp: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The per-tenant key Secret `<tenant>-authorized-keys` in the tenant's namespace: one entry per
+//! user (the file sshd reads as `authorized_keys.d/<user>`). Read always; written only when
+//! onramp manages keys, with server-side apply under the field manager `onramp`.
+//!
+//! Writes send the whole `data` map with the `resourceVersion` that was read: server-side apply
+//! then fails with 409 (retryable) if someone changed the Secret in between, and a field that
+//! onramp stops applying (a removed user) is deleted by the API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+
+use super::{Call, K8s, K8sError};
+use crate::domain::names::{TenantName, Username};
+use crate::domain::sshkey::{PublicKey, keys_in};
+
+pub const FIELD_MANAGER: &str = "onramp";
+
+pub fn secret_name(tenant: &TenantName) -> String {
+    format!("{tenant}-authorized-keys")
+}
+
+/// What the Secret holds for a user, compared with the key Authentik has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyState {
+    /// The tenant's Secret does not exist.
+    NoSecret,
+    /// The Secret has no entry for the user.
+    Missing,
+    /// The entry holds the expected key.
+    Matches,
+    /// The entry holds other keys (their fingerprints).
+    Differs { found: Vec<String> },
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Changed,
+    Unchanged,
+}
+
+/// Compares an `authorized_keys` text with the expected key.
+pub fn compare(text: &str, expected: &PublicKey) -> KeyState {
+    let keys = keys_in(text);
+    if keys.iter().any(|k| k == expected) {
+        KeyState::Matches
+    } else if keys.is_empty() && text.trim().is_empty() {
+        KeyState::Missing
+    } else {
+        KeyState::Differs { found: keys.iter().map(PublicKey::fingerprint).collect() }
+    }
+}
+
+impl K8s {
+    fn secrets(&self, tenant: &TenantName) -> Api<Secret> {
+        Api::namespaced(self.client().clone(), tenant.as_str())
+    }
+
+    async fn read_secret(&self, tenant: &TenantName) -> Result<Option<Secret>, K8sError> {
+        let name = secret_name(tenant);
+        let call = Call::new("get", "secrets", Some(tenant.as_str()), Some(&name));
+        self.call(call, self.secrets(tenant).get_opt(&name)).await
+    }
+
+    /// Whether the user's key is in the tenant's Secret, and whether it is the expected one.
+    pub async fn key_state(
+        &self,
+        tenant: &TenantName,
+        user: &Username,
+        expected: &PublicKey,
+    ) -> Result<KeyState, K8sError> {
+        let Some(secret) = self.read_secret(tenant).await? else {
+            return Ok(KeyState::NoSecret);
+        };
+        let entry = secret.data.as_ref().and_then(|d| d.get(user.as_str()));
+        Ok(match entry {
+            None => KeyState::Missing,
+            Some(bytes) => compare(&String::from_utf8_lossy(&bytes.0), expected),
+        })
+    }
+
+    /// Writes the user's key (only when `--manage-keys`). Creates the Secret when missing.
+    pub async fn put_key(&self, tenant: &TenantName, user: &Username, key: &PublicKey) -> Result<Applied, K8sError> {
+        self.edit_keys(tenant, |data| {
+            let line = ByteString(format!("{}\n", key.to_line()).into_bytes());
+            let same = data
+                .get(user.as_str())
+                .is_some_and(|old| compare(&String::from_utf8_lossy(&old.0), key) == KeyState::Matches);
+            if same {
+                return false;
+            }
+            data.insert(user.to_string(), line);
+            true
+        })
+        .await
+    }
+
+    /// Removes the user's key (offboarding, only when `--manage-keys`); absent is fine.
+    pub async fn remove_key(&self, tenant: &TenantName, user: &Username) -> Result<Applied, K8sError> {
+        self.edit_keys(tenant, |data| data.remove(user.as_str()).is_some()).await
+    }
+
+    async fn edit_keys(
+        &self,
+        tenant: &TenantName,
+        edit: impl FnOnce(&mut BTreeMap<String, ByteString>) -> bool,
+    ) -> Result<Applied, K8sError> {
+        let name = secret_name(tenant);
+        let ns = tenant.as_str();
+        if !self.settings().manage_keys {
+            return Err(K8sError::Config("onramp does not manage key Secrets (--manage-keys is off)".into()));
+        }
+        let current = self.read_secret(tenant).await?;
+        let version = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
+        let mut data = current.and_then(|s| s.data).unwrap_or_default();
+        if !edit(&mut data) && version.is_some() {
+            return Ok(Applied::Unchanged);
+        }
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.into()),
+                resource_version: version,
+                ..Default::default()
+            },
+            data: Some(data),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let call = Call::new("patch", "secrets", Some(ns), Some(&name));
+        self.call(call, self.secrets(tenant).patch(&name, &pp, &Patch::Apply(&secret))).await?;
+        Ok(Applied::Changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ED: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+
+    #[test]
+    fn compares_entries() {
+        let k = PublicKey::parse(ED).unwrap();
+        assert_eq!(compare(&format!("{ED}\n"), &k), KeyState::Matches);
+        assert_eq!(compare("\n", &k), KeyState::Missing);
+        assert!(matches!(compare("junk", &k), KeyState::Differs { found } if found.is_empty()));
+        assert_eq!(secret_name(&TenantName::parse("tenant-foo").unwrap()), "tenant-foo-authorized-keys");
+    }
+}

@@ -1,0 +1,148 @@
+//! Tenant-level resources: the isolation NetworkPolicy (runbook, "Per-tenant K8s
+//! NetworkPolicy"), `reserved.tenant` node labels, the tenant's Slurm cluster and Reservation
+//! custom resources, and `rollout restart` of the login Deployment.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::keys::FIELD_MANAGER;
+use super::settings::ResourcePath;
+use super::{Call, K8s, K8sError};
+use crate::domain::names::TenantName;
+
+pub const TENANT_LABEL: &str = "reserved.tenant";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Deleted,
+    AlreadyGone,
+}
+
+/// The runbook's per-tenant NetworkPolicy: traffic only within the tenant's namespace and the
+/// Slurm control namespace, plus DNS to kube-system.
+pub fn network_policy(tenant: &TenantName, slurm_namespace: &str) -> serde_json::Value {
+    let ns = |n: &str| json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}});
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": format!("{tenant}-isolation"), "namespace": tenant.as_str()},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [ns(tenant.as_str()), ns(slurm_namespace)]}],
+            "egress": [
+                {"to": [ns(tenant.as_str()), ns(slurm_namespace)]},
+                {"to": [ns("kube-system")], "ports": [{"port": 53, "protocol": "UDP"}]}
+            ]
+        }
+    })
+}
+
+impl K8s {
+    /// Server-side applies the tenant's NetworkPolicy (same object twice = no change).
+    pub async fn apply_network_policy(&self, tenant: &TenantName) -> Result<(), K8sError> {
+        let policy: NetworkPolicy = serde_json::from_value(network_policy(tenant, &self.settings().slurm_namespace))
+            .map_err(|e| K8sError::Config(format!("NetworkPolicy: {e}")))?;
+        let name = format!("{tenant}-isolation");
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client().clone(), tenant.as_str());
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let call = Call::new("patch", "networkpolicies.networking.k8s.io", Some(tenant.as_str()), Some(&name));
+        self.call(call, api.patch(&name, &pp, &Patch::Apply(&policy))).await?;
+        Ok(())
+    }
+
+    /// Removes `reserved.tenant=<tenant>` from every node carrying it; returns those nodes.
+    pub async fn remove_node_labels(&self, tenant: &TenantName) -> Result<Vec<String>, K8sError> {
+        let api: Api<Node> = Api::all(self.client().clone());
+        let lp = ListParams::default().labels(&format!("{TENANT_LABEL}={tenant}"));
+        let nodes = self.call(Call::new("list", "nodes", None, None), api.list(&lp)).await?;
+        let patch = json!({"metadata": {"labels": {TENANT_LABEL: null}}});
+        let mut done = Vec::new();
+        for name in nodes.items.into_iter().filter_map(|n| n.metadata.name) {
+            let call = Call::new("patch", "nodes", None, Some(&name));
+            match self.call(call, api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+                Ok(_) => done.push(name),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    /// `kubectl rollout restart`: stamps the pod template so the Deployment rolls its pods.
+    pub async fn rollout_restart(&self, namespace: &str, deployment: &str) -> Result<(), K8sError> {
+        let now = OffsetDateTime::now_utc().format(&Rfc3339).map_err(|e| K8sError::Config(e.to_string()))?;
+        let patch =
+            json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
+        let api: Api<Deployment> = Api::namespaced(self.client().clone(), namespace);
+        let call = Call::new("patch", "deployments.apps", Some(namespace), Some(deployment));
+        self.call(call, api.patch(deployment, &PatchParams::default(), &Patch::Merge(&patch))).await?;
+        Ok(())
+    }
+
+    /// Restarts the tenant's login Deployment.
+    pub async fn restart_login(&self, tenant: &TenantName) -> Result<(), K8sError> {
+        let d = self.settings().login_deployment.clone();
+        self.rollout_restart(tenant.as_str(), &d).await
+    }
+
+    /// Deletes the tenant's Slurm cluster custom resource (404 = already gone).
+    pub async fn delete_slurm_cluster(&self, tenant: &TenantName) -> Result<Deleted, K8sError> {
+        let s = self.settings();
+        let name = s.slurm_cluster_name.replace("{tenant}", tenant.as_str());
+        self.delete_custom(&s.slurm_cluster_resource, Some(tenant.as_str()), &name).await
+    }
+
+    /// Deletes the tenant's Reservation custom resource (404 = already gone).
+    pub async fn delete_reservation(&self, tenant: &TenantName) -> Result<Deleted, K8sError> {
+        let s = self.settings();
+        let name = s.reservation_name.replace("{tenant}", tenant.as_str());
+        let ns = match s.reservation_namespace.as_str() {
+            "" => Some(tenant.as_str()),
+            "-" => None,
+            other => Some(other),
+        };
+        self.delete_custom(&s.reservation_resource, ns, &name).await
+    }
+
+    async fn delete_custom(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<Deleted, K8sError> {
+        let rp: ResourcePath = resource.parse().map_err(K8sError::Config)?;
+        // The kind only labels the request; the URL uses group, version and plural.
+        let gvk = GroupVersionKind::gvk(&rp.group, &rp.version, &rp.plural);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &rp.plural);
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client().clone(), ns, &ar),
+            None => Api::all_with(self.client().clone(), &ar),
+        };
+        let call = Call::new("delete", format!("{}.{}", rp.plural, rp.group), namespace, Some(name));
+        match self.call(call, api.delete(name, &DeleteParams::default())).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(e) if e.is_not_found() => Ok(Deleted::AlreadyGone),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_matches_the_runbook() {
+        let p = network_policy(&TenantName::parse("tenant-foo").unwrap(), "slurm-control");
+        assert_eq!(p["metadata"]["name"], "tenant-foo-isolation");
+        assert_eq!(
+            p["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "slurm-control"
+        );
+        assert_eq!(p["spec"]["egress"][1]["ports"][0]["port"], 53);
+        let typed: NetworkPolicy = serde_json::from_value(p).unwrap();
+        assert_eq!(typed.spec.unwrap().policy_types.unwrap(), ["Ingress", "Egress"]);
+    }
+}

@@ -1,0 +1,239 @@
+//! [`Batching`]: many concurrent `add_users` calls for one account become one `add user a,b,c`.
+//! The first call for an (account, limits) waits a short window for others, then makes the one
+//! call for all of them; each caller gets the outcome for its own users. Everything else passes
+//! through. Onboarding jobs due at the same moment run concurrently on a worker, so their
+//! associations are created together (the runbook's batching; `sacctmgr` takes about as long
+//! for 100 users as for one).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::*;
+
+/// The batch's result, and the effects (commands) of the one call, which every member's attempt
+/// records as its own.
+type Outcome = Option<(Result<Ensured, (bool, String)>, Vec<serde_json::Value>)>;
+
+struct Batch {
+    users: Vec<Username>,
+    done: watch::Receiver<Outcome>,
+}
+
+pub struct Batching {
+    inner: Arc<dyn Slurm>,
+    window: Duration,
+    open: Mutex<HashMap<String, Batch>>,
+}
+
+impl Batching {
+    pub fn new(inner: Arc<dyn Slurm>, window: Duration) -> Self {
+        Self { inner, window, open: Mutex::default() }
+    }
+
+    async fn add(
+        &self,
+        account: &SlurmAccount,
+        users: &[Username],
+        default_account: bool,
+        limits: &UserLimits,
+    ) -> Result<Ensured, SlurmError> {
+        let key = format!("{account}|{default_account}|{limits:?}");
+        let (leader, mut rx) = {
+            let mut open = self.open.lock().expect("batches");
+            // a batch whose leader was dropped (cancelled) is replaced, never joined
+            match open.get_mut(&key).filter(|b| b.done.has_changed().is_ok()) {
+                Some(b) => {
+                    b.users.extend(users.iter().cloned());
+                    (None, b.done.clone())
+                }
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    open.insert(key.clone(), Batch { users: users.to_vec(), done: rx.clone() });
+                    (Some(tx), rx)
+                }
+            }
+        };
+        if let Some(tx) = leader {
+            return self.lead(key, tx, account, users, default_account, limits).await;
+        }
+        let outcome = rx.wait_for(Option::is_some).await.map(|o| o.clone()).ok().flatten();
+        let result = outcome.map(|(r, effects)| {
+            effects.into_iter().for_each(crate::effects::record);
+            r
+        });
+        mine(result, users)
+    }
+
+    /// Waits the window, closes the batch and makes the one call.
+    async fn lead(
+        &self,
+        key: String,
+        tx: watch::Sender<Outcome>,
+        account: &SlurmAccount,
+        users: &[Username],
+        default_account: bool,
+        limits: &UserLimits,
+    ) -> Result<Ensured, SlurmError> {
+        tokio::time::sleep(self.window).await;
+        let all = self.open.lock().expect("batches").remove(&key).map(|b| b.users).unwrap_or_default();
+        let (r, effects) = crate::effects::collect(self.inner.add_users(account, &all, default_account, limits)).await;
+        effects.iter().cloned().for_each(crate::effects::record);
+        let shared = match &r {
+            Ok(e) => Ok(e.clone()),
+            Err(e) => Err((e.is_retryable(), e.to_string())),
+        };
+        tx.send_replace(Some((shared, effects)));
+        match r {
+            Ok(e) => mine(Some(Ok(e)), users),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The batch's outcome for `users` only.
+fn mine(outcome: Option<Result<Ensured, (bool, String)>>, users: &[Username]) -> Result<Ensured, SlurmError> {
+    match outcome {
+        Some(Ok(e)) => {
+            let ours = |s: &String| users.iter().any(|u| s == u.as_str() || s.starts_with(&format!("{u}: ")));
+            Ok(Ensured {
+                created: e.created.into_iter().filter(|s| ours(s)).collect(),
+                changed: e.changed.into_iter().filter(|s| ours(s)).collect(),
+            })
+        }
+        Some(Err((retryable, detail))) => Err(SlurmError::Batch { retryable, detail }),
+        None => Err(SlurmError::Batch { retryable: true, detail: "the batch was abandoned".into() }),
+    }
+}
+
+impl Slurm for Batching {
+    fn ensure_tenant<'a>(&'a self, spec: &'a TenantSpec) -> SlurmFuture<'a, Ensured> {
+        self.inner.ensure_tenant(spec)
+    }
+    fn ensure_account<'a>(&'a self, spec: &'a AccountSpec) -> SlurmFuture<'a, Ensured> {
+        self.inner.ensure_account(spec)
+    }
+    fn ensure_user<'a>(&'a self, spec: &'a UserSpec) -> SlurmFuture<'a, Ensured> {
+        self.inner.ensure_user(spec)
+    }
+    fn add_users<'a>(
+        &'a self,
+        account: &'a SlurmAccount,
+        users: &'a [Username],
+        default_account: bool,
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured> {
+        Box::pin(self.add(account, users, default_account, limits))
+    }
+    fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
+        self.inner.user(user)
+    }
+    fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
+        self.inner.associations(accounts)
+    }
+    fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured> {
+        self.inner.block_user(user, accounts)
+    }
+    fn unblock_user<'a>(
+        &'a self,
+        user: &'a Username,
+        accounts: &'a [SlurmAccount],
+        limits: &'a UserLimits,
+    ) -> SlurmFuture<'a, Ensured> {
+        self.inner.unblock_user(user, accounts, limits)
+    }
+    fn block_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Ensured> {
+        self.inner.block_account(account)
+    }
+    fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured> {
+        self.inner.unblock_account(account, grp_jobs)
+    }
+    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>> {
+        self.inner.jobs(scope)
+    }
+    fn cancel_pending<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled> {
+        self.inner.cancel_pending(scope)
+    }
+    fn cancel_all<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled> {
+        self.inner.cancel_all(scope)
+    }
+    fn archive_dump<'a>(&'a self, dir: &'a HostPath) -> SlurmFuture<'a, ArchiveReport> {
+        self.inner.archive_dump(dir)
+    }
+    fn delete_user_association<'a>(
+        &'a self,
+        user: &'a Username,
+        account: &'a SlurmAccount,
+    ) -> SlurmFuture<'a, Deleted> {
+        self.inner.delete_user_association(user, account)
+    }
+    fn delete_user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Deleted> {
+        self.inner.delete_user(user)
+    }
+    fn delete_account<'a>(&'a self, account: &'a SlurmAccount) -> SlurmFuture<'a, Deleted> {
+        self.inner.delete_account(account)
+    }
+    fn config(&self) -> SlurmFuture<'_, BTreeMap<String, String>> {
+        self.inner.config()
+    }
+    fn read_file<'a>(&'a self, path: &'a HostPath) -> SlurmFuture<'a, Option<String>> {
+        self.inner.read_file(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::record::RecordingTransport;
+    use crate::domain::names::ClusterName;
+    use crate::dryrun::sim::World;
+    use crate::effects::EffectLog;
+
+    #[tokio::test]
+    async fn concurrent_additions_to_one_account_are_one_command() {
+        let cluster = ClusterName::parse("c").unwrap();
+        let world = World::new(&cluster, crate::backends::kubernetes::K8sArgs::defaults());
+        let log = EffectLog::default();
+        let cli = SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), &log), cluster);
+        let account = SlurmAccount::parse("ml").unwrap();
+        let spec = AccountSpec {
+            name: account.clone(),
+            parent: None,
+            description: SlurmText::parse("ml").unwrap(),
+            organization: SlurmText::parse("ml").unwrap(),
+            limits: AccountLimits::default(),
+        };
+        cli.ensure_account(&spec).await.unwrap();
+        let b = Arc::new(Batching::new(Arc::new(cli), Duration::from_millis(200)));
+        let limits = UserLimits { max_jobs: Some(Limit::At(5)), ..Default::default() };
+        let mut tasks = vec![];
+        for name in ["alice", "bob", "erin"] {
+            let (b, account, limits) = (b.clone(), account.clone(), limits.clone());
+            // each as a step attempt would run it, collecting its effects
+            tasks.push(tokio::spawn(crate::effects::collect(async move {
+                let u = [Username::parse(name).unwrap()];
+                b.add_users(&account, &u, true, &limits).await
+            })));
+        }
+        for (t, name) in tasks.into_iter().zip(["alice", "bob", "erin"]) {
+            let (r, effects) = t.await.unwrap();
+            assert_eq!(r.unwrap().created, vec![name.to_string()], "each caller sees its own user");
+            let calls: Vec<&str> = effects.iter().filter_map(|e| e["call"].as_str()).collect();
+            assert!(
+                calls.iter().any(|c| c.starts_with("sacctmgr -i add user alice,bob,erin")),
+                "every member's attempt records the batch's command: {calls:?}"
+            );
+        }
+        let adds: Vec<String> =
+            log.writes().into_iter().map(|e| e.call).filter(|c| c.starts_with("sacctmgr -i add user")).collect();
+        assert_eq!(adds.len(), 1, "{adds:?}");
+        assert!(adds[0].starts_with("sacctmgr -i add user alice,bob,erin Account=ml"), "{adds:?}");
+
+        // later, alone: its own call
+        let u = [Username::parse("frank").unwrap()];
+        assert_eq!(b.add_users(&account, &u, true, &limits).await.unwrap().created, ["frank"]);
+        assert_eq!(log.writes().iter().filter(|e| e.call.starts_with("sacctmgr -i add user")).count(), 2);
+    }
+}

@@ -1,0 +1,86 @@
+//! The Slurm backend's errors, each either worth retrying (the engine's `Retry`) or needing a
+//! person (the engine's `Fail`).
+
+use crate::backends::exec::TransportError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// The command could not be run or did not finish (see the transport error).
+    #[error("{cmd}: {source}")]
+    Transport {
+        cmd: String,
+        #[source]
+        source: TransportError,
+    },
+    /// slurmdbd or slurmctld did not answer.
+    #[error("{cmd}: Slurm did not answer: {detail}")]
+    Unreachable { cmd: String, detail: String },
+    #[error("Slurm account {0} does not exist")]
+    MissingAccount(String),
+    #[error("parent account {0} does not exist")]
+    MissingParent(String),
+    #[error("{cmd}: Slurm does not track that TRES (AccountingStorageTRES): {detail}")]
+    UnknownTres { cmd: String, detail: String },
+    #[error("{cmd}: unknown QOS: {detail}")]
+    UnknownQos { cmd: String, detail: String },
+    /// Jobs of the subject are pending or running; cancel or drain them first. Retryable: the
+    /// refusal holds only until the jobs end (flows drain before deleting).
+    #[error("refused: {what} has active jobs ({})", jobs.join(", "))]
+    JobsActive { what: String, jobs: Vec<String> },
+    /// The name is taken by something onramp must not change (e.g. an account under another parent).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// squeue/scancel could not resolve the user name on the host they run on.
+    #[error("{cmd}: the host does not know the user: {detail}")]
+    UnknownUnixUser { cmd: String, detail: String },
+    /// What onramp asked for is not valid (before anything ran).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The command ran, but reading back shows a different state.
+    #[error("{what} did not take effect: want {want}, Slurm shows {got}")]
+    NotConverged { what: String, want: String, got: String },
+    #[error("{cmd}: unexpected output line {line:?}: {why}")]
+    Parse { cmd: String, line: String, why: String },
+    /// The batched call this request joined failed (the error of the batch, for each member).
+    #[error("the batched call failed: {detail}")]
+    Batch { retryable: bool, detail: String },
+    /// A failure this backend does not recognise.
+    #[error("{cmd} failed (exit {code}): {detail}")]
+    Failed { cmd: String, code: i32, detail: String },
+}
+
+impl SlurmError {
+    /// Worth trying again later (the cluster or the way to it had a problem), as opposed to a
+    /// request that will fail the same way until a person acts.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SlurmError::Transport { source, .. } => {
+                matches!(source, TransportError::Timeout { .. } | TransportError::Transient(_))
+            }
+            // Jobs end (or slurmdbd learns that they ended) without anyone acting on onramp's side.
+            SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } | SlurmError::JobsActive { .. } => true,
+            SlurmError::Batch { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    /// A short label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SlurmError::Transport { .. } => "transport",
+            SlurmError::Unreachable { .. } => "unreachable",
+            SlurmError::MissingAccount(_) => "missing_account",
+            SlurmError::MissingParent(_) => "missing_parent",
+            SlurmError::UnknownTres { .. } => "unknown_tres",
+            SlurmError::UnknownQos { .. } => "unknown_qos",
+            SlurmError::JobsActive { .. } => "jobs_active",
+            SlurmError::Conflict(_) => "conflict",
+            SlurmError::UnknownUnixUser { .. } => "unknown_unix_user",
+            SlurmError::Invalid(_) => "invalid",
+            SlurmError::NotConverged { .. } => "not_converged",
+            SlurmError::Parse { .. } => "parse",
+            SlurmError::Batch { .. } => "batch",
+            SlurmError::Failed { .. } => "failed",
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Storage quotas and snapshots behind one trait, [`Storage`]. The real implementation,
+//! [`CommandStorage`], runs a filesystem's own CLI through a configured [`Transport`]:
+//! Weka (`weka fs quota set`, `weka fs snapshot create`), Lustre (`lfs setquota`,
+//! `lctl snapshot_create`), or argv templates for anything else. Both operations are
+//! idempotent: a quota is set to the same value again without harm, and a snapshot whose name
+//! already exists is reported as [`Snapshot::Exists`].
+
+pub mod settings;
+pub mod size;
+mod template;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use settings::{Backend, RunIn, StorageArgs};
+pub use size::{Quota, Size, SizeError};
+pub use template::Template;
+
+use crate::backends::exec::{Command, Transport, TransportError};
+use crate::domain::names::{TenantName, Username};
+
+/// Whose space a quota or snapshot is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `$HOME` of a user.
+    Home(Username),
+    /// A tenant's scratch space.
+    Scratch(TenantName),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Snapshot {
+    Created,
+    Exists,
+}
+
+/// A snapshot name: same rules as other names (`offboard-alice-20261130`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotName(String);
+
+impl SnapshotName {
+    pub fn parse(s: &str) -> Result<Self, crate::domain::names::NameError> {
+        // Reuse the account-name rules: lower-case letters, digits, `-`, `_`, no leading `-`.
+        crate::domain::names::SlurmAccount::parse(s).map(|a| Self(a.to_string()))
+    }
+    /// `offboard-<user>-<YYYYMMDD>`, the runbook's name for a departing user's `$HOME`.
+    pub fn offboard(user: &Username, date: time::Date) -> Self {
+        Self(format!("offboard-{user}-{:04}{:02}{:02}", date.year(), u8::from(date.month()), date.day()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("storage: {0}")]
+    Transport(#[from] TransportError),
+    #[error("storage: `{command}` exited with {code}: {message}")]
+    Failed { command: String, code: i32, message: String },
+    #[error("storage: {0}")]
+    Unsupported(String),
+}
+
+impl StorageError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Transport(TransportError::Transient(_) | TransportError::Timeout { .. }))
+    }
+}
+
+pub type StorageFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageError>> + Send + 'a>>;
+
+/// Quotas and snapshots on the cluster's filesystems.
+pub trait Storage: Send + Sync {
+    fn set_quota<'a>(&'a self, target: &'a Target, quota: Quota) -> StorageFuture<'a, ()>;
+    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
+}
+
+/// Runs the configured backend's commands through a transport.
+#[derive(Clone)]
+pub struct CommandStorage {
+    transport: Arc<dyn Transport>,
+    settings: StorageArgs,
+}
+
+impl CommandStorage {
+    /// Checks the settings (templates, backend) once, up front.
+    pub fn new(transport: Arc<dyn Transport>, settings: StorageArgs) -> Result<Self, StorageError> {
+        for t in [&settings.storage_quota_command, &settings.storage_snapshot_command].into_iter().flatten() {
+            Template::parse(t).map_err(StorageError::Unsupported)?;
+        }
+        Ok(Self { transport, settings })
+    }
+
+    /// The command that sets `quota` on `target`.
+    pub fn quota_command(&self, target: &Target, quota: Quota) -> Result<Command, StorageError> {
+        let s = &self.settings;
+        let (hard, soft) = (quota.hard(), quota.soft());
+        Ok(match s.storage_backend {
+            Backend::Weka => Command::new(&s.weka_bin).args(["fs", "quota", "set"]).arg(s.path(target)).args([
+                "--hard".to_string(),
+                hard.to_string(),
+                "--soft".into(),
+                soft.to_string(),
+            ]),
+            Backend::Lustre => {
+                let (flag, who, mount) = match target {
+                    Target::Home(u) => ("-u", u.to_string(), &s.lustre_home_mount),
+                    Target::Scratch(t) => ("-g", t.to_string(), &s.lustre_scratch_mount),
+                };
+                Command::new(&s.lfs_bin).arg("setquota").args([flag.to_string(), who]).args([
+                    "-b".to_string(),
+                    soft.kib().to_string(),
+                    "-B".into(),
+                    hard.kib().to_string(),
+                    mount.clone(),
+                ])
+            }
+            Backend::Command => {
+                let t = s.storage_quota_command.as_deref().ok_or_else(|| missing("--storage-quota-command"))?;
+                let vars = s.vars(target, Some(quota), None);
+                Template::parse(t).map_err(StorageError::Unsupported)?.render(&vars)
+            }
+        })
+    }
+
+    /// The command that snapshots `target` as `name`.
+    pub fn snapshot_command(&self, target: &Target, name: &SnapshotName) -> Result<Command, StorageError> {
+        let s = &self.settings;
+        Ok(match s.storage_backend {
+            Backend::Weka => Command::new(&s.weka_bin)
+                .args(["fs", "snapshot", "create"])
+                .args([s.filesystem(target), name.as_str().into()]),
+            Backend::Lustre => Command::new(&s.lctl_bin).arg("snapshot_create").args([
+                "-F".to_string(),
+                s.filesystem(target),
+                "-n".into(),
+                name.as_str().into(),
+            ]),
+            Backend::Command => {
+                let t = s.storage_snapshot_command.as_deref().ok_or_else(|| missing("--storage-snapshot-command"))?;
+                let vars = s.vars(target, None, Some(name));
+                Template::parse(t).map_err(StorageError::Unsupported)?.render(&vars)
+            }
+        })
+    }
+
+    async fn run(&self, cmd: &Command) -> Result<crate::backends::exec::Output, StorageError> {
+        Ok(self.transport.run(cmd, self.settings.storage_timeout).await?)
+    }
+}
+
+fn missing(flag: &str) -> StorageError {
+    StorageError::Unsupported(format!("the command backend needs {flag}"))
+}
+
+impl Storage for CommandStorage {
+    fn set_quota<'a>(&'a self, target: &'a Target, quota: Quota) -> StorageFuture<'a, ()> {
+        Box::pin(async move {
+            let cmd = self.quota_command(target, quota)?;
+            let out = self.run(&cmd).await?;
+            if !out.success() {
+                return Err(StorageError::Failed { command: cmd.to_string(), code: out.code, message: message(&out) });
+            }
+            Ok(())
+        })
+    }
+
+    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
+        Box::pin(async move {
+            let cmd = self.snapshot_command(target, name)?;
+            let out = self.run(&cmd).await?;
+            if out.success() {
+                return Ok(Snapshot::Created);
+            }
+            let text = message(&out);
+            if text.to_lowercase().contains(&self.settings.storage_exists_pattern.to_lowercase()) {
+                return Ok(Snapshot::Exists);
+            }
+            Err(StorageError::Failed { command: cmd.to_string(), code: out.code, message: text })
+        })
+    }
+}
+
+fn message(out: &crate::backends::exec::Output) -> String {
+    let s = if out.stderr.trim().is_empty() { &out.stdout } else { &out.stderr };
+    s.trim().chars().take(500).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::exec::{Output, Recorder};
+
+    fn storage(backend: Backend, r: &Recorder) -> CommandStorage {
+        let mut s = StorageArgs::defaults();
+        s.storage_backend = backend;
+        s.storage_quota_command = Some("setq --who={user}{tenant} {path} {hard_bytes}".into());
+        s.storage_snapshot_command = Some("snap {fs} {name}".into());
+        CommandStorage::new(Arc::new(r.clone()), s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn commands_per_backend() {
+        let r = Recorder::new();
+        let home = Target::Home(Username::parse("alice").unwrap());
+        let scratch = Target::Scratch(TenantName::parse("tenant-foo").unwrap());
+        let q = Quota::parse("100GB", "90GB").unwrap();
+        let w = storage(Backend::Weka, &r);
+        assert_eq!(
+            w.quota_command(&home, q).unwrap().to_string(),
+            "weka fs quota set /home/alice --hard 100GB --soft 90GB"
+        );
+        assert_eq!(
+            w.quota_command(&scratch, q).unwrap().to_string(),
+            "weka fs quota set /tenant/tenant-foo/scratch --hard 100GB --soft 90GB"
+        );
+        let l = storage(Backend::Lustre, &r);
+        assert_eq!(
+            l.quota_command(&home, q).unwrap().to_string(),
+            "lfs setquota -u alice -b 87890625 -B 97656250 /home"
+        );
+        let c = storage(Backend::Command, &r);
+        assert_eq!(c.quota_command(&home, q).unwrap().argv(), ["setq", "--who=alice", "/home/alice", "100000000000"]);
+        let name = SnapshotName::offboard(&Username::parse("alice").unwrap(), time::macros::date!(2026 - 11 - 30));
+        assert_eq!(name.as_str(), "offboard-alice-20261130");
+        assert_eq!(c.snapshot_command(&home, &name).unwrap().to_string(), "snap home offboard-alice-20261130");
+    }
+
+    #[tokio::test]
+    async fn existing_snapshot_is_not_an_error() {
+        let r = Recorder::replying(|_| Output {
+            code: 1,
+            stderr: "error: Snapshot already exists".into(),
+            ..Default::default()
+        });
+        let home = Target::Home(Username::parse("alice").unwrap());
+        let name = SnapshotName::parse("s1").unwrap();
+        assert_eq!(storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap(), Snapshot::Exists);
+        let r = Recorder::replying(|_| Output { code: 1, stderr: "permission denied".into(), ..Default::default() });
+        let e = storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap_err();
+        assert!(!e.is_retryable() && e.to_string().contains("permission denied"));
+    }
+}

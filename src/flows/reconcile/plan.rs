@@ -1,0 +1,309 @@
+//! Desired against actual, as pure functions: what to onboard, what to offboard, and whether the
+//! safety brake holds a tenant's offboardings.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::backends::authentik::User;
+use crate::domain::names::{SlurmAccount, TenantName, Username};
+use crate::domain::tenants::{Tenant, TenantRegistry};
+
+/// Offboarding more than `min_users` users AND more than `max_percent` % of a tenant's users in
+/// one pass is held for a person's approval (an outage that empties a group must not empty the
+/// cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Brake {
+    pub min_users: usize,
+    pub max_percent: u32,
+}
+
+impl Default for Brake {
+    fn default() -> Self {
+        Self { min_users: 5, max_percent: 10 }
+    }
+}
+
+impl Brake {
+    pub fn holds(&self, offboard: usize, tenant_users: usize) -> bool {
+        offboard > self.min_users && offboard * 100 > self.max_percent as usize * tenant_users
+    }
+}
+
+/// One user in one account, as Authentik says it should be.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Member {
+    pub pk: i64,
+    pub username: Username,
+    pub uid_number: u32,
+    pub gid_number: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Onboard,
+    Offboard,
+}
+
+/// One thing to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Action {
+    pub op: Op,
+    pub tenant: TenantName,
+    pub account: SlurmAccount,
+    pub username: Username,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<Member>,
+    pub reason: String,
+}
+
+/// The outcome for one tenant.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TenantPlan {
+    pub tenant: String,
+    pub onboard: Vec<Action>,
+    pub offboard: Vec<Action>,
+    /// Offboardings the brake holds (not in `offboard`).
+    pub held: Vec<Action>,
+    pub brake_reason: Option<String>,
+    pub unchanged: usize,
+    /// Members onramp cannot handle (e.g. a username the cluster does not allow).
+    pub skipped: Vec<String>,
+}
+
+/// Checks a user's name and numbers; `Err` says why the user is skipped.
+pub fn member(reg: &TenantRegistry, u: &User) -> Result<Member, String> {
+    let username = Username::parse(&u.username).map_err(|e| format!("Authentik user {}: {e}", u.pk))?;
+    let (uid_number, gid_number) = reg.posix_ids(u.pk, &u.attributes);
+    Ok(Member { pk: u.pk, username, uid_number, gid_number })
+}
+
+/// Each user of `members` (group name → its members) with the groups they are in.
+pub fn groups_by_user(members: &BTreeMap<String, Vec<User>>) -> BTreeMap<i64, (&User, Vec<String>)> {
+    let mut users: BTreeMap<i64, (&User, Vec<String>)> = BTreeMap::new();
+    for (group, list) in members {
+        for u in list {
+            users.entry(u.pk).or_insert((u, vec![])).1.push(group.clone());
+        }
+    }
+    users
+}
+
+/// One tenant: `members` are the active members of each of its groups (by group name, every
+/// group listed), `actual` the associations under its accounts.
+pub fn plan_tenant(
+    reg: &TenantRegistry,
+    tenant: &Tenant,
+    members: &BTreeMap<String, Vec<User>>,
+    actual: &[(SlurmAccount, Username)],
+    brake: Option<Brake>,
+) -> TenantPlan {
+    let mut plan = TenantPlan { tenant: tenant.name.to_string(), ..Default::default() };
+    // every user's groups among this tenant's
+    let users = groups_by_user(members);
+    let mut desired: BTreeMap<(SlurmAccount, Username), Member> = BTreeMap::new();
+    for (u, groups) in users.values() {
+        let accounts = tenant.placement(groups);
+        if accounts.is_empty() {
+            continue;
+        }
+        match member(reg, u) {
+            Ok(m) => {
+                for a in accounts {
+                    desired.insert((a, m.username.clone()), m.clone());
+                }
+            }
+            Err(why) => plan.skipped.push(why),
+        }
+    }
+    let accounts = tenant.accounts();
+    let actual: BTreeSet<(SlurmAccount, Username)> =
+        actual.iter().filter(|(a, _)| accounts.contains(a)).cloned().collect();
+    for ((account, username), m) in &desired {
+        if actual.contains(&(account.clone(), username.clone())) {
+            plan.unchanged += 1;
+        } else {
+            plan.onboard.push(Action {
+                op: Op::Onboard,
+                tenant: tenant.name.clone(),
+                account: account.clone(),
+                username: username.clone(),
+                member: Some(m.clone()),
+                reason: format!("active member of {} with no association under {account}", tenant.group),
+            });
+        }
+    }
+    for (account, username) in &actual {
+        if !desired.contains_key(&(account.clone(), username.clone())) {
+            plan.offboard.push(Action {
+                op: Op::Offboard,
+                tenant: tenant.name.clone(),
+                account: account.clone(),
+                username: username.clone(),
+                member: None,
+                reason: format!("association under {account} but not an active member of a group placing them there"),
+            });
+        }
+    }
+    if let Some(brake) = brake {
+        let tenant_users: BTreeSet<&Username> = actual.iter().map(|(_, u)| u).collect();
+        let leaving: BTreeSet<&Username> = plan.offboard.iter().map(|a| &a.username).collect();
+        if brake.holds(leaving.len(), tenant_users.len()) {
+            plan.brake_reason = Some(format!(
+                "safety brake: this pass would offboard {} of {} users of tenant {} (more than {} users and more than {}%); \
+                 nobody is offboarded there until a person approves",
+                leaving.len(),
+                tenant_users.len(),
+                tenant.name,
+                brake.min_users,
+                brake.max_percent
+            ));
+            plan.held = std::mem::take(&mut plan.offboard);
+        }
+    }
+    plan
+}
+
+/// One user: `user` is Authentik's record (None: it does not exist), `actual` the associations
+/// of that username under the registry's accounts.
+pub fn plan_user(
+    reg: &TenantRegistry,
+    user: Option<&User>,
+    username: &Username,
+    actual: &[(SlurmAccount, Username)],
+) -> (Vec<Action>, String) {
+    let mine: BTreeSet<SlurmAccount> = actual.iter().filter(|(_, u)| u == username).map(|(a, _)| a.clone()).collect();
+    let (desired, why_not): (BTreeMap<SlurmAccount, (TenantName, Option<Member>)>, &str) = match user {
+        None => (BTreeMap::new(), "not in Authentik"),
+        Some(u) if !u.is_active => (BTreeMap::new(), "deactivated in Authentik"),
+        Some(u) => {
+            let m = member(reg, u).ok();
+            let d = reg.placements(&u.group_names()).into_iter().map(|(t, a)| (a, (t, m.clone()))).collect();
+            (d, "not in a group placing them there")
+        }
+    };
+    let mut actions = vec![];
+    for (account, (tenant, m)) in &desired {
+        if !mine.contains(account) {
+            actions.push(Action {
+                op: Op::Onboard,
+                tenant: tenant.clone(),
+                account: account.clone(),
+                username: username.clone(),
+                member: m.clone(),
+                reason: format!("active member placed under {account}, no association there"),
+            });
+        }
+    }
+    for account in &mine {
+        if !desired.contains_key(account) {
+            let Some(tenant) = reg.tenant_of_account(account) else {
+                continue;
+            };
+            actions.push(Action {
+                op: Op::Offboard,
+                tenant: tenant.name.clone(),
+                account: account.clone(),
+                username: username.clone(),
+                member: None,
+                reason: format!("association under {account} but {why_not}"),
+            });
+        }
+    }
+    let summary = if actions.is_empty() {
+        format!("nothing to do: {} association(s) match Authentik", mine.len())
+    } else {
+        actions
+            .iter()
+            .map(|a| format!("{:?} {}/{}: {}", a.op, a.account, a.username, a.reason).to_lowercase())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    (actions, summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reg() -> TenantRegistry {
+        TenantRegistry::parse(
+            "tenants:\n  - name: foo\n    group: foo-users\n    teams:\n      - { account: ml-foo, group: foo-ml }\n",
+            "t",
+        )
+        .unwrap()
+    }
+
+    fn user(pk: i64, name: &str, groups: &[&str]) -> User {
+        serde_json::from_value(json!({"pk": pk, "username": name, "is_active": true,
+            "groups_obj": groups.iter().map(|g| json!({"pk": format!("uuid-{g}"), "name": g})).collect::<Vec<_>>()}))
+        .unwrap()
+    }
+
+    fn acc(a: &str, u: &str) -> (SlurmAccount, Username) {
+        (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap())
+    }
+
+    #[test]
+    fn brake_needs_both_conditions() {
+        let b = Brake::default();
+        assert!(!b.holds(5, 10)); // 50% but only 5
+        assert!(!b.holds(6, 100)); // 6 users but 6%
+        assert!(b.holds(6, 50));
+        assert!(!b.holds(0, 0));
+    }
+
+    #[test]
+    fn tenant_plan_onboards_missing_and_offboards_extra() {
+        let r = reg();
+        let t = &r.tenants[0];
+        let members = BTreeMap::from([
+            ("foo-users".to_string(), vec![user(1, "alice", &[]), user(2, "bob", &[])]),
+            ("foo-ml".to_string(), vec![user(2, "bob", &[])]),
+        ]);
+        let actual = vec![acc("tenant-foo", "alice"), acc("tenant-foo", "carol"), acc("other", "zed")];
+        let p = plan_tenant(&r, t, &members, &actual, Some(Brake::default()));
+        assert_eq!(p.unchanged, 1);
+        assert_eq!(
+            p.onboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
+            ["ml-foo/bob"]
+        );
+        assert_eq!(
+            p.offboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
+            ["tenant-foo/carol"]
+        );
+        assert_eq!(p.onboard[0].member.as_ref().unwrap().uid_number, 4002);
+    }
+
+    #[test]
+    fn an_empty_group_trips_the_brake() {
+        let r = reg();
+        let actual: Vec<_> = (0..20).map(|i| acc("tenant-foo", &format!("u{i}"))).collect();
+        let members = BTreeMap::from([("foo-users".to_string(), vec![]), ("foo-ml".to_string(), vec![])]);
+        let p = plan_tenant(&r, &r.tenants[0], &members, &actual, Some(Brake::default()));
+        assert!(p.offboard.is_empty());
+        assert_eq!(p.held.len(), 20);
+        assert!(p.brake_reason.unwrap().contains("20 of 20"));
+        let p = plan_tenant(&r, &r.tenants[0], &members, &actual, None);
+        assert_eq!(p.offboard.len(), 20);
+    }
+
+    #[test]
+    fn user_plan() {
+        let r = reg();
+        let alice = Username::parse("alice").unwrap();
+        let u = user(1, "alice", &["foo-users"]);
+        let (a, why) = plan_user(&r, Some(&u), &alice, &[]);
+        assert_eq!((a.len(), a[0].op), (1, Op::Onboard), "{why}");
+        let (a, why) = plan_user(&r, Some(&u), &alice, &[acc("tenant-foo", "alice")]);
+        assert!(a.is_empty() && why.starts_with("nothing to do"));
+        let (a, why) = plan_user(&r, None, &alice, &[acc("tenant-foo", "alice")]);
+        assert_eq!(a[0].op, Op::Offboard);
+        assert!(why.contains("not in authentik"), "{why}");
+        let moved = user(1, "alice", &["foo-users", "foo-ml"]);
+        let (a, _) = plan_user(&r, Some(&moved), &alice, &[acc("tenant-foo", "alice")]);
+        assert_eq!(a.iter().map(|a| a.op).collect::<Vec<_>>(), [Op::Onboard, Op::Offboard]);
+    }
+}
