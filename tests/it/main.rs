@@ -23,6 +23,7 @@ mod k8s_api;
 mod k8s_exec;
 mod k8s_rbac;
 mod k8s_support;
+mod layers;
 mod notify;
 mod schemathesis;
 mod slurm;
