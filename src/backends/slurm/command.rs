@@ -2,7 +2,7 @@
 //! typed limits; nothing here runs anything.
 
 use super::parse::{ASSOC_FORMAT, SQUEUE_FORMAT};
-use super::types::HostPath;
+use super::values::HostPath;
 use crate::backends::exec::Command;
 use crate::domain::names::{ClusterName, SlurmAccount, Username};
 

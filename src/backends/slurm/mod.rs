@@ -18,6 +18,7 @@ mod gate;
 pub mod parse;
 mod types;
 mod users;
+mod values;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -28,6 +29,7 @@ pub use cli::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
 pub use gate::PgWriteGate;
 pub use types::*;
+pub use values::*;
 
 use crate::domain::names::{SlurmAccount, Username};
 

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::error::SlurmError;
-use super::types::{AccountState, Association, Fairshare, Job, JobState, Limit, Tres};
+use super::types::{AccountState, Association, Job, JobState};
+use super::values::{Fairshare, Limit, Tres};
 use crate::backends::exec::Output;
 
 /// The association fields every read asks for, in this order.
