@@ -150,7 +150,7 @@ impl Slurm for Batching {
     fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured> {
         self.inner.unblock_account(account, grp_jobs)
     }
-    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>> {
+    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<SlurmJob>> {
         self.inner.jobs(scope)
     }
     fn cancel_pending<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled> {

@@ -113,12 +113,12 @@ impl SlurmCli {
         }
     }
 
-    async fn squeue(&self, who: &command::Who<'_>) -> Result<Vec<Job>, SlurmError> {
+    async fn squeue(&self, who: &command::Who<'_>) -> Result<Vec<SlurmJob>, SlurmError> {
         let cmd = command::squeue(who);
         parse::jobs(&cmd.to_string(), &self.read(&cmd).await?)
     }
 
-    pub(super) async fn jobs_of(&self, scope: &JobScope) -> Result<Vec<Job>, SlurmError> {
+    pub(super) async fn jobs_of(&self, scope: &JobScope) -> Result<Vec<SlurmJob>, SlurmError> {
         let accounts = self.accounts_of(scope).await?;
         self.squeue(&Self::who(scope, &accounts)).await
     }
@@ -129,7 +129,7 @@ impl SlurmCli {
         &self,
         accounts: &[SlurmAccount],
         user: Option<&Username>,
-    ) -> Result<Vec<Job>, SlurmError> {
+    ) -> Result<Vec<SlurmJob>, SlurmError> {
         if accounts.is_empty() {
             return Ok(vec![]);
         }
@@ -138,10 +138,10 @@ impl SlurmCli {
     }
 
     async fn cancel(&self, scope: &JobScope, pending_only: bool) -> Result<Cancelled, SlurmError> {
-        let targeted = |j: &Job| !pending_only || j.state == JobState::Pending;
+        let targeted = |j: &SlurmJob| !pending_only || j.state == SlurmJobState::Pending;
         let accounts = self.accounts_of(scope).await?;
         let who = Self::who(scope, &accounts);
-        let before: Vec<Job> = self.squeue(&who).await?.into_iter().filter(targeted).collect();
+        let before: Vec<SlurmJob> = self.squeue(&who).await?.into_iter().filter(targeted).collect();
         if before.is_empty() {
             return Ok(Cancelled::default());
         }
@@ -245,7 +245,7 @@ impl Slurm for SlurmCli {
     fn unblock_account<'a>(&'a self, account: &'a SlurmAccount, grp_jobs: Limit) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.set_account_block(account, Some(grp_jobs)))
     }
-    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>> {
+    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<SlurmJob>> {
         Box::pin(self.jobs_of(scope))
     }
     fn cancel_pending<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled> {

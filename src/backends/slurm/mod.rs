@@ -79,7 +79,7 @@ pub trait Slurm: Send + Sync {
 
     /// Jobs slurmctld still knows (pending, running, completing…). An account's scope includes
     /// every account below it (a tenant's jobs are charged to its teams).
-    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<Job>>;
+    fn jobs<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Vec<SlurmJob>>;
     /// `scancel --state=PENDING`; running jobs are left alone.
     fn cancel_pending<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, Cancelled>;
     /// `scancel` of every job in the scope (the hard cutoff). Running jobs take a moment to end:

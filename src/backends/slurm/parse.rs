@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::error::SlurmError;
-use super::types::{AccountState, Association, Job, JobState};
+use super::types::{AccountState, Association, SlurmJob, SlurmJobState};
 use super::values::{Fairshare, Limit, Tres};
 use crate::backends::exec::Output;
 
@@ -195,21 +195,21 @@ pub fn user_assocs(cmd: &str, stdout: &str) -> Result<Vec<(String, Association)>
 }
 
 /// `squeue -h -o SQUEUE_FORMAT`.
-pub fn jobs(cmd: &str, stdout: &str) -> Result<Vec<Job>, SlurmError> {
+pub fn jobs(cmd: &str, stdout: &str) -> Result<Vec<SlurmJob>, SlurmError> {
     rows(stdout)
         .map(|(line, f)| {
             let [id, user, account, state, reason] = f[..] else {
                 return Err(bad(cmd, line, "expected 5 fields"));
             };
             let state = match state {
-                "PENDING" => JobState::Pending,
-                "RUNNING" => JobState::Running,
-                "SUSPENDED" => JobState::Suspended,
-                "COMPLETING" => JobState::Completing,
-                "CONFIGURING" => JobState::Configuring,
-                other => JobState::Other(other.to_string()),
+                "PENDING" => SlurmJobState::Pending,
+                "RUNNING" => SlurmJobState::Running,
+                "SUSPENDED" => SlurmJobState::Suspended,
+                "COMPLETING" => SlurmJobState::Completing,
+                "CONFIGURING" => SlurmJobState::Configuring,
+                other => SlurmJobState::Other(other.to_string()),
             };
-            Ok(Job { id: id.into(), user: user.into(), account: account.into(), state, reason: reason.into() })
+            Ok(SlurmJob { id: id.into(), user: user.into(), account: account.into(), state, reason: reason.into() })
         })
         .collect()
 }

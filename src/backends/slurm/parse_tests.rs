@@ -151,9 +151,9 @@ fn squeue_rows() {
         jobs("c", "3|alice|ml-team-foo|PENDING|Resources\n4|alice|ml-team-foo|RUNNING|None\n5|bob|x|COMPLETING|None\n")
             .unwrap();
     assert_eq!(j.len(), 3);
-    assert_eq!((j[0].id.as_str(), &j[0].state, j[0].reason.as_str()), ("3", &JobState::Pending, "Resources"));
-    assert_eq!(j[1].state, JobState::Running);
-    assert_eq!(j[2].state, JobState::Completing);
+    assert_eq!((j[0].id.as_str(), &j[0].state, j[0].reason.as_str()), ("3", &SlurmJobState::Pending, "Resources"));
+    assert_eq!(j[1].state, SlurmJobState::Running);
+    assert_eq!(j[2].state, SlurmJobState::Completing);
     assert!(jobs("c", "3|alice\n").is_err());
 }
 

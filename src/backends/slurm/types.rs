@@ -104,7 +104,7 @@ pub struct UserState {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum JobState {
+pub enum SlurmJobState {
     Pending,
     Running,
     Suspended,
@@ -115,11 +115,11 @@ pub enum JobState {
 
 /// A job still known to slurmctld (not finished).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Job {
+pub struct SlurmJob {
     pub id: String,
     pub user: String,
     pub account: String,
-    pub state: JobState,
+    pub state: SlurmJobState,
     /// Why it pends (`Resources`, `AssocGrpJobsLimit`, …); `None` when running.
     pub reason: String,
 }
@@ -172,7 +172,7 @@ pub enum Deleted {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Cancelled {
     pub cancelled: Vec<String>,
-    pub remaining: Vec<Job>,
+    pub remaining: Vec<SlurmJob>,
 }
 
 /// What `archive dump` really wrote: the files that appeared in the directory.

@@ -87,12 +87,12 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
     let running = sbatch(unix, &a, "2");
     eventually(Duration::from_secs(60), "the first job to run", || async {
         let j = s.jobs(&bob).await.unwrap();
-        j.iter().any(|j| j.id == running && j.state == JobState::Running).then_some(())
+        j.iter().any(|j| j.id == running && j.state == SlurmJobState::Running).then_some(())
     })
     .await;
     let pending = sbatch(unix, &a, "2");
     let jobs = s.jobs(&JobScope::Account(acct(&a))).await.unwrap();
-    assert!(jobs.iter().any(|j| j.id == pending && j.state == JobState::Pending), "{jobs:?}");
+    assert!(jobs.iter().any(|j| j.id == pending && j.state == SlurmJobState::Pending), "{jobs:?}");
 
     let c = s.cancel_pending(&bob).await.unwrap();
     assert_eq!(c.cancelled, vec![pending.clone()]);
@@ -100,7 +100,7 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
     let jobs = s.jobs(&bob).await.unwrap();
     assert_eq!(
         jobs.iter().map(|j| (j.id.clone(), j.state.clone())).collect::<Vec<_>>(),
-        [(running.clone(), JobState::Running)]
+        [(running.clone(), SlurmJobState::Running)]
     );
 
     for e in [s.delete_user(&user(unix)).await.unwrap_err(), s.delete_account(&acct(&t)).await.unwrap_err()] {
