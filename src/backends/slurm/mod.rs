@@ -10,7 +10,7 @@
 
 mod accounts;
 mod batch;
-mod cli;
+mod client;
 pub mod command;
 pub mod doctor;
 mod error;
@@ -25,7 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use batch::Batching;
-pub use cli::{GateGuard, SlurmCli, WriteGate};
+pub use client::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
 pub use gate::PgWriteGate;
 pub use types::*;
