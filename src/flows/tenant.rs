@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use super::backends::Backends;
 use super::specs;
 use crate::backends::slurm::{Deleted, JobScope};
-use crate::backends::storage::{Quota, Snapshot, SnapshotName, Target};
+use crate::backends::storage::{Dir, Quota, Snapshot, SnapshotName};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::Tenant;
 use crate::engine::{Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -132,10 +132,7 @@ impl Flow for TenantOnboard {
                     let quota = tri!(
                         Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("scratch quota: {e}")))
                     );
-                    step_try!(
-                        b.storage.set_quota(&Target::Scratch(name.clone()), quota).await,
-                        "set the scratch quota"
-                    );
+                    step_try!(b.storage.set_quota(&Dir::Scratch(name.clone()), quota).await, "set the scratch quota");
                     Transition::Done(json!({ "hard": q.hard, "soft": q.soft }))
                 }
                 OnboardStep::Members => members(b, &t).await,
@@ -293,7 +290,7 @@ async fn snapshot(b: &Backends, t: &Tenant, name: &TenantName) -> Transition {
     let scratch = tri!(
         SnapshotName::parse(&format!("offboard-final-{name}-{date}")).map_err(|e| Transition::Fail(e.to_string()))
     );
-    let s = step_try!(b.storage.snapshot(&Target::Scratch(name.clone()), &scratch).await, "snapshot scratch");
+    let s = step_try!(b.storage.snapshot(&Dir::Scratch(name.clone()), &scratch).await, "snapshot scratch");
     taken.push(json!({ "snapshot": scratch.as_str(), "existed": s == Snapshot::Exists }));
     let assocs = step_try!(b.slurm.associations(&t.accounts()).await, "list the tenant's users");
     let mut users: Vec<&str> = assocs.iter().filter(|a| !a.user.is_empty()).map(|a| a.user.as_str()).collect();
@@ -302,7 +299,7 @@ async fn snapshot(b: &Backends, t: &Tenant, name: &TenantName) -> Transition {
     for u in users {
         let Ok(user) = Username::parse(u) else { continue };
         let n = SnapshotName::offboard(&user, d);
-        let s = step_try!(b.storage.snapshot(&Target::Home(user.clone()), &n).await, "snapshot a user's $HOME");
+        let s = step_try!(b.storage.snapshot(&Dir::Home(user.clone()), &n).await, "snapshot a user's $HOME");
         taken.push(json!({ "snapshot": n.as_str(), "existed": s == Snapshot::Exists }));
     }
     Transition::Done(json!({ "snapshots": taken }))

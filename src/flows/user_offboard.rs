@@ -15,7 +15,7 @@ use super::specs;
 use super::user_onboard::{Names, names};
 use crate::backends::notify::{Offboarding, Recipient};
 use crate::backends::slurm::{Deleted, JobScope};
-use crate::backends::storage::{Snapshot, SnapshotName, Target};
+use crate::backends::storage::{Dir, Snapshot, SnapshotName};
 use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
 use crate::flows::reconcile::USER_OFFBOARD;
 use crate::step_try;
@@ -115,7 +115,7 @@ impl Flow for UserOffboard {
                         return Transition::Fail("refused: the retention step has not ended".into());
                     };
                     let name = tri!(SnapshotName::parse(name).map_err(|e| Transition::Fail(e.to_string())));
-                    let s = step_try!(b.storage.snapshot(&Target::Home(n.user.clone()), &name).await, "snapshot $HOME");
+                    let s = step_try!(b.storage.snapshot(&Dir::Home(n.user.clone()), &name).await, "snapshot $HOME");
                     Transition::Done(json!({ "snapshot": name.as_str(), "existed": s == Snapshot::Exists }))
                 }
                 Step::Archive => {

@@ -13,7 +13,7 @@ use super::specs;
 use crate::backends::kubernetes::keys::KeyState;
 use crate::backends::kubernetes::login::HomeOutcome;
 use crate::backends::notify::{Onboarding, Recipient};
-use crate::backends::storage::{Quota, Target};
+use crate::backends::storage::{Dir, Quota};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
 use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -285,7 +285,7 @@ async fn home_quota(b: &Backends, n: &Names) -> Transition {
         return Transition::Done(json!({ "skipped": "the tenant has no home quota" }));
     };
     let quota = tri!(Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("home quota: {e}"))));
-    step_try!(b.storage.set_quota(&Target::Home(n.user.clone()), quota).await, "set the $HOME quota");
+    step_try!(b.storage.set_quota(&Dir::Home(n.user.clone()), quota).await, "set the $HOME quota");
     Transition::Done(json!({ "hard": q.hard, "soft": q.soft }))
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use onramp::backends::exec::{Command, Local, Transport, TransportError};
-use onramp::backends::kubernetes::exec::{PodExec, Target};
+use onramp::backends::kubernetes::exec::{PodExec, PodTarget};
 use onramp::backends::kubernetes::keys::KeyState;
 use onramp::backends::kubernetes::login::{HomeOutcome, LoginPod};
 use onramp::domain::names::{SlurmAccount, Username};
@@ -94,7 +94,7 @@ async fn exec_faults_are_typed() {
     fake.pod("slurm-control", "slurmctld-1", serde_json::json!({"app": "slurmctld"}), false);
     let e = ctld.run(&cmd, T).await.unwrap_err();
     assert!(matches!(&e, TransportError::Transient(m) if m.contains("no Ready pod")), "{e:?}");
-    let gone = PodExec::new(k8s.clone(), TENANT, Target::Pod("login-9".into()), None);
+    let gone = PodExec::new(k8s.clone(), TENANT, PodTarget::Pod("login-9".into()), None);
     assert!(matches!(gone.run(&cmd, T).await.unwrap_err(), TransportError::Permanent(_)));
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use onramp::backends::exec::Local;
 use onramp::backends::storage::{
-    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError, Target,
+    Backend, CommandStorage, Dir, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError,
 };
 use onramp::domain::names::{TenantName, Username};
 use serde_json::Value;
@@ -44,8 +44,8 @@ impl FakeCli {
     }
 }
 
-fn alice() -> Target {
-    Target::Home(Username::parse("alice").unwrap())
+fn alice() -> Dir {
+    Dir::Home(Username::parse("alice").unwrap())
 }
 
 #[tokio::test]
@@ -55,7 +55,7 @@ async fn weka_quotas_and_snapshots() {
     let q = Quota::parse("100GB", "90GB").unwrap();
     w.set_quota(&alice(), q).await.unwrap();
     w.set_quota(&alice(), q).await.unwrap();
-    let scratch = Target::Scratch(TenantName::parse("tenant-foo").unwrap());
+    let scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap());
     w.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap()).await.unwrap();
     let name = SnapshotName::parse("offboard-alice-20261130").unwrap();
     assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);

@@ -13,8 +13,9 @@ use tokio::io::AsyncReadExt;
 use super::{Call, K8s, K8sError};
 use crate::backends::exec::{Command, Output, RunFuture, Transport, TransportError};
 
+/// The pod commands run in: one by name, or the first ready pod of a Deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum PodTarget {
     Pod(String),
     Deployment(String),
 }
@@ -24,33 +25,33 @@ pub enum Target {
 pub struct PodExec {
     k8s: K8s,
     namespace: String,
-    target: Target,
+    target: PodTarget,
     container: Option<String>,
 }
 
 impl PodExec {
-    pub fn new(k8s: K8s, namespace: impl Into<String>, target: Target, container: Option<String>) -> Self {
+    pub fn new(k8s: K8s, namespace: impl Into<String>, target: PodTarget, container: Option<String>) -> Self {
         Self { k8s, namespace: namespace.into(), target, container }
     }
 
     /// `deploy/slurmctld` in the Slurm namespace, from settings.
     pub fn slurmctld(k8s: &K8s) -> Self {
         let s = k8s.settings();
-        let target = Target::Deployment(s.slurmctld_deployment.clone());
+        let target = PodTarget::Deployment(s.slurmctld_deployment.clone());
         Self::new(k8s.clone(), s.slurm_namespace.clone(), target, s.slurmctld_container.clone())
     }
 
     /// The login pod of a tenant (its namespace is the tenant name).
     pub fn login(k8s: &K8s, tenant: &crate::domain::names::TenantName) -> Self {
         let s = k8s.settings();
-        Self::new(k8s.clone(), tenant.as_str(), Target::Pod(s.login_pod.clone()), s.login_container.clone())
+        Self::new(k8s.clone(), tenant.as_str(), PodTarget::Pod(s.login_pod.clone()), s.login_container.clone())
     }
 
     /// The pod to exec into: the named one, or a Ready pod of the Deployment (first by name).
     pub async fn resolve(&self) -> Result<String, K8sError> {
         let name = match &self.target {
-            Target::Pod(p) => return Ok(p.clone()),
-            Target::Deployment(d) => d,
+            PodTarget::Pod(p) => return Ok(p.clone()),
+            PodTarget::Deployment(d) => d,
         };
         let ns = Some(self.namespace.as_str());
         let deployments: Api<Deployment> = Api::namespaced(self.k8s.client().clone(), &self.namespace);

@@ -22,7 +22,7 @@ use crate::domain::names::{TenantName, Username};
 
 /// Whose space a quota or snapshot is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum Dir {
     /// `$HOME` of a user.
     Home(Username),
     /// A tenant's scratch space.
@@ -73,8 +73,8 @@ pub type StorageFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageErr
 
 /// Quotas and snapshots on the cluster's filesystems.
 pub trait Storage: Send + Sync {
-    fn set_quota<'a>(&'a self, target: &'a Target, quota: Quota) -> StorageFuture<'a, ()>;
-    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
+    fn set_quota<'a>(&'a self, target: &'a Dir, quota: Quota) -> StorageFuture<'a, ()>;
+    fn snapshot<'a>(&'a self, target: &'a Dir, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
 }
 
 /// Runs the configured backend's commands through a transport.
@@ -94,7 +94,7 @@ impl CommandStorage {
     }
 
     /// The command that sets `quota` on `target`.
-    pub fn quota_command(&self, target: &Target, quota: Quota) -> Result<Command, StorageError> {
+    pub fn quota_command(&self, target: &Dir, quota: Quota) -> Result<Command, StorageError> {
         let s = &self.settings;
         let (hard, soft) = (quota.hard(), quota.soft());
         Ok(match s.storage_backend {
@@ -106,8 +106,8 @@ impl CommandStorage {
             ]),
             Backend::Lustre => {
                 let (flag, who, mount) = match target {
-                    Target::Home(u) => ("-u", u.to_string(), &s.lustre_home_mount),
-                    Target::Scratch(t) => ("-g", t.to_string(), &s.lustre_scratch_mount),
+                    Dir::Home(u) => ("-u", u.to_string(), &s.lustre_home_mount),
+                    Dir::Scratch(t) => ("-g", t.to_string(), &s.lustre_scratch_mount),
                 };
                 Command::new(&s.lfs_bin).arg("setquota").args([flag.to_string(), who]).args([
                     "-b".to_string(),
@@ -126,7 +126,7 @@ impl CommandStorage {
     }
 
     /// The command that snapshots `target` as `name`.
-    pub fn snapshot_command(&self, target: &Target, name: &SnapshotName) -> Result<Command, StorageError> {
+    pub fn snapshot_command(&self, target: &Dir, name: &SnapshotName) -> Result<Command, StorageError> {
         let s = &self.settings;
         Ok(match s.storage_backend {
             Backend::Weka => Command::new(&s.weka_bin)
@@ -156,7 +156,7 @@ fn missing(flag: &str) -> StorageError {
 }
 
 impl Storage for CommandStorage {
-    fn set_quota<'a>(&'a self, target: &'a Target, quota: Quota) -> StorageFuture<'a, ()> {
+    fn set_quota<'a>(&'a self, target: &'a Dir, quota: Quota) -> StorageFuture<'a, ()> {
         Box::pin(async move {
             let cmd = self.quota_command(target, quota)?;
             let out = self.run(&cmd).await?;
@@ -167,7 +167,7 @@ impl Storage for CommandStorage {
         })
     }
 
-    fn snapshot<'a>(&'a self, target: &'a Target, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
+    fn snapshot<'a>(&'a self, target: &'a Dir, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
         Box::pin(async move {
             let cmd = self.snapshot_command(target, name)?;
             let out = self.run(&cmd).await?;
@@ -204,8 +204,8 @@ mod tests {
     #[tokio::test]
     async fn commands_per_backend() {
         let r = Recorder::new();
-        let home = Target::Home(Username::parse("alice").unwrap());
-        let scratch = Target::Scratch(TenantName::parse("tenant-foo").unwrap());
+        let home = Dir::Home(Username::parse("alice").unwrap());
+        let scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap());
         let q = Quota::parse("100GB", "90GB").unwrap();
         let w = storage(Backend::Weka, &r);
         assert_eq!(
@@ -235,7 +235,7 @@ mod tests {
             stderr: "error: Snapshot already exists".into(),
             ..Default::default()
         });
-        let home = Target::Home(Username::parse("alice").unwrap());
+        let home = Dir::Home(Username::parse("alice").unwrap());
         let name = SnapshotName::parse("s1").unwrap();
         assert_eq!(storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap(), Snapshot::Exists);
         let r = Recorder::replying(|_| Output { code: 1, stderr: "permission denied".into(), ..Default::default() });

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{Quota, SnapshotName, Target};
+use super::{Dir, Quota, SnapshotName};
+use crate::backends::kubernetes::exec::PodTarget;
 use crate::domain::duration::parse_duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -70,11 +71,8 @@ pub struct StorageArgs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunIn {
     Local,
-    Pod { namespace: String, target: Target2 },
+    Pod { namespace: String, target: PodTarget },
 }
-
-/// A pod or a Deployment, by name.
-pub type Target2 = crate::backends::kubernetes::exec::Target;
 
 impl std::str::FromStr for RunIn {
     type Err = String;
@@ -90,8 +88,8 @@ impl std::str::FromStr for RunIn {
         match parts.as_slice() {
             [kind, ns, name] if ok(ns) && ok(name) => {
                 let target = match *kind {
-                    "pod" => Target2::Pod((*name).into()),
-                    "deploy" | "deployment" => Target2::Deployment((*name).into()),
+                    "pod" => PodTarget::Pod((*name).into()),
+                    "deploy" | "deployment" => PodTarget::Deployment((*name).into()),
                     _ => return Err(bad()),
                 };
                 Ok(Self::Pod { namespace: (*ns).into(), target })
@@ -132,30 +130,30 @@ impl StorageArgs {
         <P as clap::Parser>::parse_from(["onramp"]).a
     }
 
-    pub fn path(&self, target: &Target) -> String {
+    pub fn path(&self, target: &Dir) -> String {
         match target {
-            Target::Home(u) => self.storage_home_path.replace("{user}", u.as_str()),
-            Target::Scratch(t) => self.storage_scratch_path.replace("{tenant}", t.as_str()),
+            Dir::Home(u) => self.storage_home_path.replace("{user}", u.as_str()),
+            Dir::Scratch(t) => self.storage_scratch_path.replace("{tenant}", t.as_str()),
         }
     }
 
-    pub fn filesystem(&self, target: &Target) -> String {
+    pub fn filesystem(&self, target: &Dir) -> String {
         match target {
-            Target::Home(_) => self.storage_home_fs.clone(),
-            Target::Scratch(_) => self.storage_scratch_fs.clone(),
+            Dir::Home(_) => self.storage_home_fs.clone(),
+            Dir::Scratch(_) => self.storage_scratch_fs.clone(),
         }
     }
 
     pub(super) fn vars(
         &self,
-        target: &Target,
+        target: &Dir,
         q: Option<Quota>,
         name: Option<&SnapshotName>,
     ) -> BTreeMap<&'static str, String> {
         let mut v = BTreeMap::from([("path", self.path(target)), ("fs", self.filesystem(target))]);
         match target {
-            Target::Home(u) => v.insert("user", u.to_string()),
-            Target::Scratch(t) => v.insert("tenant", t.to_string()),
+            Dir::Home(u) => v.insert("user", u.to_string()),
+            Dir::Scratch(t) => v.insert("tenant", t.to_string()),
         };
         if let Some(q) = q {
             v.insert("hard", q.hard().to_string());
@@ -179,7 +177,7 @@ mod tests {
         assert_eq!("local".parse::<RunIn>(), Ok(RunIn::Local));
         assert_eq!(
             "deploy/weka-system/weka-cli".parse::<RunIn>(),
-            Ok(RunIn::Pod { namespace: "weka-system".into(), target: Target2::Deployment("weka-cli".into()) })
+            Ok(RunIn::Pod { namespace: "weka-system".into(), target: PodTarget::Deployment("weka-cli".into()) })
         );
         assert!("pod/ns".parse::<RunIn>().is_err());
         assert!("vm/a/b".parse::<RunIn>().is_err());
