@@ -1,11 +1,11 @@
 //! Commands separate from transports. A [`Command`] is an argv (never a shell string) built from
 //! checked parts; a [`Transport`] decides where it runs: here (`Local`), or in a pod through the
-//! Kubernetes exec API (in the kubernetes backend), or nowhere (`Recorder`, for dry runs and plans).
+//! Kubernetes exec API (in the kubernetes backend). Transports that run nothing live with the
+//! simulated world (`crate::dryrun`).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What to run: a program and its arguments, each one argv element.
@@ -122,39 +122,6 @@ impl Transport for Local {
     }
 }
 
-/// Runs nothing: records each command and answers with a canned reply (success by default).
-#[derive(Clone)]
-pub struct Recorder {
-    pub seen: Arc<Mutex<Vec<Command>>>,
-    reply: Arc<dyn Fn(&Command) -> Output + Send + Sync>,
-}
-
-impl Recorder {
-    pub fn new() -> Self {
-        Self { seen: Arc::default(), reply: Arc::new(|_| Output::default()) }
-    }
-    pub fn replying(f: impl Fn(&Command) -> Output + Send + Sync + 'static) -> Self {
-        Self { seen: Arc::default(), reply: Arc::new(f) }
-    }
-    pub fn commands(&self) -> Vec<Command> {
-        self.seen.lock().expect("recorder lock").clone()
-    }
-}
-
-impl Default for Recorder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Transport for Recorder {
-    fn run<'a>(&'a self, cmd: &'a Command, _timeout: Duration) -> RunFuture<'a> {
-        self.seen.lock().expect("recorder lock").push(cmd.clone());
-        let out = (self.reply)(cmd);
-        Box::pin(async move { Ok(out) })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,13 +144,5 @@ mod tests {
         assert!(matches!(e, TransportError::Timeout { .. }));
         let e = Local.run(&Command::new("/nonexistent/x"), Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(e, TransportError::Spawn { .. }));
-    }
-
-    #[tokio::test]
-    async fn recorder_records_and_replies() {
-        let r = Recorder::replying(|c| Output { code: (c.argv()[0] == "fail") as i32, ..Default::default() });
-        assert!(r.run(&Command::new("ok"), Duration::ZERO).await.unwrap().success());
-        assert!(!r.run(&Command::new("fail"), Duration::ZERO).await.unwrap().success());
-        assert_eq!(r.commands().len(), 2);
     }
 }

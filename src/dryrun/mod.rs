@@ -3,7 +3,11 @@
 //! simulated stand-in that answers without touching anything ([`sim`]). A plan is a flow run
 //! step by step against the simulation with the recorders on; `onramp dev` runs the real intake
 //! and flows on it. A real run with the same recorders produces the same list (a test checks).
+//! [`Recorder`] is a transport that runs nothing, for tests of the argv a backend builds.
 
 pub mod plan;
+mod recorder;
 mod sacctmgr;
 pub mod sim;
+
+pub use recorder::Recorder;

@@ -4,6 +4,8 @@
 //! Every `crate::<part>` path is found (`use crate::a::b`, `use crate::{a::b, c}` groups, inline
 //! paths like `crate::backends::slurm::X`, and `$crate::` in macros) with comments and string
 //! literals ignored. `super::` paths are not followed: none climbs out of its part today.
+//! Test code (a `#[cfg(test)] mod … { … }`, or a `…tests.rs` file) may also use the simulated
+//! world, `dryrun`.
 
 use std::path::{Path, PathBuf};
 
@@ -20,13 +22,41 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("effects", &[]),
 ];
 
+/// What test code may import besides [`ALLOWED`].
+const ALLOWED_IN_TESTS: &[&str] = &["dryrun"];
+
 const MAX_LINES: usize = 400;
 
-/// One `crate::<top>` reference: the line (1-based) where `<top>` is written, and `<top>`.
+/// One `crate::<top>` reference: the line (1-based) where `<top>` is written, `<top>`, and
+/// whether it is inside a `#[cfg(test)]` module.
 #[derive(Debug, PartialEq)]
 struct Ref {
     line: usize,
     top: String,
+    in_test: bool,
+}
+
+/// The character ranges of `#[cfg(test)] mod name { … }` blocks in stripped source.
+fn test_blocks(c: &[char]) -> Vec<std::ops::Range<usize>> {
+    let text: String = c.iter().collect();
+    let mut blocks = Vec::new();
+    for (byte, _) in text.match_indices("#[cfg(test)]") {
+        let at = text[..byte].chars().count() + "#[cfg(test)]".len();
+        let Some(open) = (at..c.len()).find(|&k| c[k] == '{' || c[k] == ';') else { continue };
+        let head: String = c[at..open].iter().collect();
+        if c[open] == ';' || !head.split_whitespace().any(|w| w == "mod") {
+            continue;
+        }
+        let mut depth = 0;
+        for (k, &ch) in c.iter().enumerate().skip(open) {
+            depth += i32::from(ch == '{') - i32::from(ch == '}');
+            if depth == 0 {
+                blocks.push(open..k + 1);
+                break;
+            }
+        }
+    }
+    blocks
 }
 
 /// The source with comments and string/char literals blanked out (newlines kept, so lines still count).
@@ -122,6 +152,8 @@ fn ident_char(ch: char) -> bool {
 /// Every `crate::<top>` path in a file's source.
 fn crate_refs(src: &str) -> Vec<Ref> {
     let c: Vec<char> = strip(src).chars().collect();
+    let tests = test_blocks(&c);
+    let in_test = |k: usize| tests.iter().any(|r| r.contains(&k));
     let line_at = |k: usize| 1 + c[..k].iter().filter(|&&ch| ch == '\n').count();
     let skip_ws = |mut k: usize| {
         while k < c.len() && c[k].is_whitespace() {
@@ -169,7 +201,7 @@ fn crate_refs(src: &str) -> Vec<Ref> {
                 } else if item_start && ident_char(ch) {
                     let (name, e) = ident(k);
                     if name != "self" {
-                        refs.push(Ref { line: line_at(k), top: name });
+                        refs.push(Ref { line: line_at(k), top: name, in_test: in_test(k) });
                     }
                     item_start = false;
                     k = e;
@@ -182,7 +214,7 @@ fn crate_refs(src: &str) -> Vec<Ref> {
         } else {
             let (name, _) = ident(k);
             if !name.is_empty() {
-                refs.push(Ref { line: line_at(k), top: name });
+                refs.push(Ref { line: line_at(k), top: name, in_test: in_test(k) });
             }
         }
         i = k.max(i + 5);
@@ -235,8 +267,10 @@ fn violations(files: &[(PathBuf, String)]) -> Vec<String> {
             .find(|(p, _)| *p == part)
             .unwrap_or_else(|| panic!("src/{}: part `{part}` is missing from ALLOWED", rel.display()))
             .1;
+        let test_file = rel.file_stem().is_some_and(|s| s.to_string_lossy().ends_with("tests"));
         for r in crate_refs(text) {
-            if r.top == part || allowed.contains(&r.top.as_str()) {
+            let in_test = r.in_test || test_file;
+            if r.top == part || allowed.contains(&r.top.as_str()) || in_test && ALLOWED_IN_TESTS.contains(&&*r.top) {
                 continue;
             }
             let what = if ALLOWED.iter().any(|(p, _)| *p == r.top) { "" } else { " (an item at the crate root)" };
@@ -295,18 +329,32 @@ let c = '"'; let l: &'a str = "x"; use crate::effects::E;
 }
 
 #[test]
+fn parser_knows_test_modules() {
+    let src = "use crate::a::x;\n#[cfg(test)]\nmod tests {\n    fn f() { if x { crate::b::y() } }\n}\n#[cfg(test)]\nmod t;\nuse crate::c::z;";
+    let got: Vec<(String, bool)> = crate_refs(src).into_iter().map(|r| (r.top, r.in_test)).collect();
+    assert_eq!(got, [("a".into(), false), ("b".into(), true), ("c".into(), false)]);
+}
+
+#[test]
 fn check_flags_an_import_up() {
     let files = vec![
         (PathBuf::from("engine/store.rs"), "use crate::effects::E;\nuse crate::flows::F;".to_string()),
         (PathBuf::from("backends/slurm/batch.rs"), "fn f() { crate::engine::x() }".to_string()),
         (PathBuf::from("domain.rs"), "use crate::domain::names;".to_string()),
         (PathBuf::from("lib.rs"), "use crate::app::run;".to_string()),
+        (
+            PathBuf::from("flows/x.rs"),
+            "#[cfg(test)]\nmod tests {\n    use crate::dryrun::R;\n}\nuse crate::dryrun::S;".into(),
+        ),
+        (PathBuf::from("flows/parse_tests.rs"), "use crate::dryrun::R;\nuse crate::app::A;".into()),
     ];
     assert_eq!(
         violations(&files),
         [
             "src/engine/store.rs:2: engine imports crate::flows",
-            "src/backends/slurm/batch.rs:1: backends imports crate::engine"
+            "src/backends/slurm/batch.rs:1: backends imports crate::engine",
+            "src/flows/x.rs:5: flows imports crate::dryrun",
+            "src/flows/parse_tests.rs:2: flows imports crate::app",
         ]
     );
 }

@@ -214,7 +214,7 @@ impl LoginPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::exec::Recorder;
+    use crate::dryrun::Recorder;
 
     fn pod(r: &Recorder) -> LoginPod {
         LoginPod::new(Arc::new(r.clone()), K8sArgs::defaults(), Duration::from_secs(5))

@@ -191,7 +191,8 @@ fn message(out: &crate::backends::exec::Output) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::exec::{Output, Recorder};
+    use crate::backends::exec::Output;
+    use crate::dryrun::Recorder;
 
     fn storage(backend: Backend, r: &Recorder) -> CommandStorage {
         let mut s = StorageArgs::defaults();

@@ -81,7 +81,8 @@ pub fn parse_associations(stdout: &str) -> Result<Vec<(SlurmAccount, Username)>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::exec::{Output, Recorder};
+    use crate::backends::exec::Output;
+    use crate::dryrun::Recorder;
 
     #[tokio::test]
     async fn reads_associations_in_one_command() {

@@ -53,7 +53,7 @@ async fn hostile_names_never_reach_an_argv() {
         assert!(SlurmText::parse(s).is_err(), "{s:?}");
     }
     // Everything that does reach an argv is one element each, with only expected characters.
-    let rec = onramp::backends::exec::Recorder::new();
+    let rec = onramp::dryrun::Recorder::new();
     let s = SlurmCli::new(Arc::new(rec.clone()), cluster());
     let spec = tenant("tenant-foo", &["ml-team-foo"]);
     let _ = s.ensure_tenant(&spec).await;
