@@ -11,10 +11,10 @@ use std::time::Duration;
 use onramp::app::intake::IntakeSetup;
 use onramp::backends::exec::{Command, Local, Transport};
 use onramp::backends::kubernetes::Kubernetes;
-use onramp::backends::notify::{Email, Notifier, NotifyArgs};
+use onramp::backends::notify::{Email, Notifier, NotifySettings};
 use onramp::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use onramp::backends::slurm::{HostPath, Slurm, SlurmCli};
-use onramp::backends::storage::{Backend, CommandStorage, StorageArgs};
+use onramp::backends::storage::{Backend, CommandStorage, StorageSettings};
 use onramp::domain::names::ClusterName;
 use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
@@ -145,7 +145,7 @@ impl Harness {
         )
         .unwrap();
         std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut sa = StorageArgs::defaults();
+        let mut sa = StorageSettings::default();
         sa.storage_backend = Backend::Weka;
         sa.weka_bin = flaky.display().to_string();
         let storage = Arc::new(
@@ -153,7 +153,7 @@ impl Harness {
         );
 
         let smtpd = Smtpd::start().await;
-        let mut na = NotifyArgs::defaults();
+        let mut na = NotifySettings::default();
         na.smtp_url = Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
         na.mail_from = "onramp <onramp@cluster.example>".into();
         let email: Arc<dyn Notifier> = Arc::new(RecordingNotifier {

@@ -57,7 +57,7 @@ async fn connects_through_a_kubeconfig() {
         fake.url
     );
     std::fs::write(&path, kc).unwrap();
-    let mut s = onramp::backends::kubernetes::K8sArgs::defaults();
+    let mut s = onramp::backends::kubernetes::K8sSettings::default();
     s.kubeconfig = Some(path);
     s.k8s_context = Some("test".into());
     let k8s = onramp::backends::kubernetes::K8s::connect(s).await.unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use onramp::backends::exec::Local;
 use onramp::backends::storage::{
-    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError, Target,
+    Backend, CommandStorage, Quota, Snapshot, SnapshotName, Storage, StorageError, StorageSettings, Target,
 };
 use onramp::domain::names::{TenantName, Username};
 use serde_json::Value;
@@ -33,8 +33,8 @@ impl FakeCli {
             .map(|v| serde_json::from_value(v).unwrap())
             .collect()
     }
-    fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageArgs)) -> CommandStorage {
-        let mut s = StorageArgs::defaults();
+    fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageSettings)) -> CommandStorage {
+        let mut s = StorageSettings::default();
         s.storage_backend = backend;
         s.weka_bin = self.bin("weka");
         s.lfs_bin = self.bin("lfs");
