@@ -160,14 +160,7 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--account: {e}"))?,
         hard_cutoff: args.hard_cutoff,
     };
-    let cfg = crate::app::settings::BackendSettings::from_args(
-        &args.slurm,
-        args.k8s.into(),
-        args.storage.into(),
-        args.notify.into(),
-        args.flows.into(),
-    )?
-    .dry();
+    let cfg = crate::app::settings::BackendSettings::from_args(args.backends.clone())?.dry();
     let p = plan::plan(&req, &cfg, tenants, authentik).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::app::cli::{ServeArgs, ServeRole, WorkerArgs};
+use crate::app::cli::{BackendArgs, ServeArgs, ServeRole, WorkerArgs};
 use crate::app::intake::IntakeSetup;
 use crate::backends::kubernetes::K8sSettings;
 use crate::backends::notify::NotifySettings;
@@ -62,13 +62,7 @@ impl Settings {
             listen: a.http.listen,
             worker: worker_config(&a.worker),
             intake,
-            backends: BackendSettings::from_args(
-                &a.slurm,
-                a.k8s.into(),
-                a.storage.into(),
-                a.notify.into(),
-                a.flows.into(),
-            )?,
+            backends: BackendSettings::from_args(a.backends)?,
         })
     }
 
@@ -82,13 +76,8 @@ impl Settings {
 }
 
 impl BackendSettings {
-    pub fn from_args(
-        slurm: &crate::app::cli::SlurmArgs,
-        k8s: K8sSettings,
-        storage: StorageSettings,
-        notify: NotifySettings,
-        flows: FlowSettings,
-    ) -> anyhow::Result<Self> {
+    pub fn from_args(a: BackendArgs) -> anyhow::Result<Self> {
+        let (slurm, flows) = (&a.slurm, FlowSettings::from(a.flows));
         Ok(Self {
             slurm: SlurmSettings {
                 cluster: ClusterName::parse(&slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?,
@@ -96,9 +85,9 @@ impl BackendSettings {
                 batch_window: slurm.slurm_batch_window,
             },
             archive_dir: HostPath::parse(&flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?,
-            k8s,
-            storage,
-            notify,
+            k8s: a.k8s.into(),
+            storage: a.storage.into(),
+            notify: a.notify.into(),
             flows,
         })
     }

@@ -145,17 +145,21 @@ impl Harness {
         )
         .unwrap();
         std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut sa = StorageSettings::default();
-        sa.storage_backend = Backend::Weka;
-        sa.weka_bin = flaky.display().to_string();
+        let sa = StorageSettings {
+            storage_backend: Backend::Weka,
+            weka_bin: flaky.display().to_string(),
+            ..Default::default()
+        };
         let storage = Arc::new(
             CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Local), &log), sa.clone()).unwrap(),
         );
 
         let smtpd = Smtpd::start().await;
-        let mut na = NotifySettings::default();
-        na.smtp_url = Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
-        na.mail_from = "onramp <onramp@cluster.example>".into();
+        let na = NotifySettings {
+            smtp_url: Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port))),
+            mail_from: "onramp <onramp@cluster.example>".into(),
+            ..Default::default()
+        };
         let email: Arc<dyn Notifier> = Arc::new(RecordingNotifier {
             inner: Arc::new(Email::from_settings(&na).unwrap().unwrap()),
             log: log.clone(),

@@ -30,8 +30,7 @@ pub async fn cluster() -> (FakeK8s, K8s) {
 
 /// A client for `fake` with settings changed by `f`.
 pub fn client(fake: &FakeK8s, f: impl FnOnce(&mut K8sSettings)) -> K8s {
-    let mut s = K8sSettings::default();
-    s.k8s_timeout = Duration::from_millis(1500);
+    let mut s = K8sSettings { k8s_timeout: Duration::from_millis(1500), ..Default::default() };
     f(&mut s);
     K8s::for_url(&fake.url, s).unwrap()
 }

@@ -34,11 +34,13 @@ impl FakeCli {
             .collect()
     }
     fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageSettings)) -> CommandStorage {
-        let mut s = StorageSettings::default();
-        s.storage_backend = backend;
-        s.weka_bin = self.bin("weka");
-        s.lfs_bin = self.bin("lfs");
-        s.lctl_bin = self.bin("lctl");
+        let mut s = StorageSettings {
+            storage_backend: backend,
+            weka_bin: self.bin("weka"),
+            lfs_bin: self.bin("lfs"),
+            lctl_bin: self.bin("lctl"),
+            ..Default::default()
+        };
         f(&mut s);
         CommandStorage::new(Arc::new(Local), s).unwrap()
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::backends::{FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
+use super::backends::BackendArgs;
 use super::settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
 use crate::domain::{duration::parse_duration, secret::Secret};
 
@@ -33,16 +33,8 @@ pub struct PlanArgs {
     /// The tenant registry and, when set, Authentik (read only, for the user's groups and key).
     #[command(flatten)]
     pub intake: IntakeArgs,
-    #[command(flatten, next_help_heading = "Kubernetes")]
-    pub k8s: K8sArgs,
-    #[command(flatten, next_help_heading = "Storage")]
-    pub storage: StorageArgs,
-    #[command(flatten, next_help_heading = "Notifications")]
-    pub notify: NotifyArgs,
-    #[command(flatten, next_help_heading = "Slurm")]
-    pub slurm: SlurmArgs,
-    #[command(flatten, next_help_heading = "Flows")]
-    pub flows: FlowArgs,
+    #[command(flatten)]
+    pub backends: BackendArgs,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -83,16 +75,8 @@ pub struct ServeArgs {
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub intake: IntakeArgs,
-    #[command(flatten, next_help_heading = "Kubernetes")]
-    pub k8s: K8sArgs,
-    #[command(flatten, next_help_heading = "Storage")]
-    pub storage: StorageArgs,
-    #[command(flatten, next_help_heading = "Notifications")]
-    pub notify: NotifyArgs,
-    #[command(flatten, next_help_heading = "Slurm")]
-    pub slurm: SlurmArgs,
-    #[command(flatten, next_help_heading = "Flows")]
-    pub flows: FlowArgs,
+    #[command(flatten)]
+    pub backends: BackendArgs,
 }
 
 #[derive(Clone, Debug, Args)]

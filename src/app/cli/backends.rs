@@ -6,8 +6,24 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::settings::SlurmArgs;
 use crate::backends::storage::{Backend, RunIn};
 use crate::domain::{duration::parse_duration, secret::Secret};
+
+/// What the flows act on: the settings `serve` and plans share.
+#[derive(Clone, Debug, Args)]
+pub struct BackendArgs {
+    #[command(flatten, next_help_heading = "Kubernetes")]
+    pub k8s: K8sArgs,
+    #[command(flatten, next_help_heading = "Storage")]
+    pub storage: StorageArgs,
+    #[command(flatten, next_help_heading = "Notifications")]
+    pub notify: NotifyArgs,
+    #[command(flatten, next_help_heading = "Slurm")]
+    pub slurm: SlurmArgs,
+    #[command(flatten, next_help_heading = "Flows")]
+    pub flows: FlowArgs,
+}
 
 #[derive(Clone, Debug, Args)]
 pub struct K8sArgs {

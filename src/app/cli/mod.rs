@@ -15,7 +15,7 @@ pub use args::{
     DevArgs, DoctorArgs, JobsAction, JobsArgs, PlanArgs, ReconcileArgs, ServeArgs, ServeRole, TenantAction, TenantArgs,
     TokenAction, TokenArgs,
 };
-pub use backends::{FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
+pub use backends::{BackendArgs, FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
 pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
 
 #[derive(Debug, Parser)]
@@ -181,9 +181,9 @@ mod tests {
         ])
         .unwrap();
         let Command::Serve(a) = cli.command else { panic!("not serve") };
-        assert_eq!(a.k8s.slurmctld_deployment, "ctld");
-        assert_eq!(a.storage.storage_backend, crate::backends::storage::Backend::Lustre);
-        assert!(a.notify.smtp_url.is_some() && a.notify.slack_webhook_url.is_none());
+        assert_eq!(a.backends.k8s.slurmctld_deployment, "ctld");
+        assert_eq!(a.backends.storage.storage_backend, crate::backends::storage::Backend::Lustre);
+        assert!(a.backends.notify.smtp_url.is_some() && a.backends.notify.slack_webhook_url.is_none());
         let help = Cli::command().find_subcommand_mut("serve").unwrap().render_long_help().to_string();
         for s in ["ONRAMP_KUBECONFIG", "ONRAMP_WEKA_BIN", "ONRAMP_SMTP_URL", "[default: slurm-control]"] {
             assert!(help.contains(s), "serve --help lacks {s}");

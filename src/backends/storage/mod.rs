@@ -194,10 +194,12 @@ mod tests {
     use crate::backends::exec::{Output, Recorder};
 
     fn storage(backend: Backend, r: &Recorder) -> CommandStorage {
-        let mut s = StorageSettings::default();
-        s.storage_backend = backend;
-        s.storage_quota_command = Some("setq --who={user}{tenant} {path} {hard_bytes}".into());
-        s.storage_snapshot_command = Some("snap {fs} {name}".into());
+        let s = StorageSettings {
+            storage_backend: backend,
+            storage_quota_command: Some("setq --who={user}{tenant} {path} {hard_bytes}".into()),
+            storage_snapshot_command: Some("snap {fs} {name}".into()),
+            ..Default::default()
+        };
         CommandStorage::new(Arc::new(r.clone()), s).unwrap()
     }
 
