@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
 use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
 
-const JOB_COLUMNS: &str =
+pub(super) const JOB_COLUMNS: &str =
     "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
      lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
 
