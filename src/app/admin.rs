@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::app::cli::{DoctorArgs, JobsAction, JobsArgs, ReconcileArgs, TokenAction, TokenArgs};
 use crate::app::db;
 use crate::app::intake::IntakeSetup;
+use crate::app::world::{Parts, World};
 use crate::backends::exec::Local;
 use crate::backends::slurm;
 use crate::backends::slurm::{HostPath, SlurmCli};
@@ -18,7 +19,7 @@ use crate::http::access::{self, Role};
 
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
-    let engine = Engine::new(pool, flows::registry());
+    let engine = World::build(pool, Parts::default()).engine;
     let actor = cli_actor();
     let out = match args.action {
         JobsAction::List { state, limit } => {
@@ -137,7 +138,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> 
 /// `onramp plan <flow> --tenant T [--user U]`: the plan, for people or as JSON.
 pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
     use crate::domain::names::{SlurmAccount, TenantName, Username};
-    use crate::dryrun::{plan, sim::DryConfig};
+    use crate::dryrun::plan;
     let a = &args.intake;
     let (tenants, authentik) = if a.authentik_url.is_some() {
         let setup = crate::app::intake::IntakeSetup::from_args(a, false)?
@@ -159,7 +160,7 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--account: {e}"))?,
         hard_cutoff: args.hard_cutoff,
     };
-    let cfg = DryConfig::from_args(&args.slurm, &args.k8s, &args.storage, &args.flows, &args.notify)?;
+    let cfg = crate::app::settings::BackendSettings::from_args(args.backends.clone())?.dry();
     let p = plan::plan(&req, &cfg, tenants, authentik).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

@@ -11,14 +11,16 @@ use crate::app::devpg::PrivatePg;
 use crate::domain::secret::Secret;
 use std::sync::Arc;
 
+use crate::app::db;
 use crate::app::intake::IntakeSetup;
-use crate::app::{db, serve};
+use crate::app::settings::worker_config;
+use crate::app::world::{Parts, World, shutdown_on_signal};
 use crate::backends::authentik::Authentik;
 use crate::backends::record::{RecordingAuthentik, RecordingTransport};
 use crate::backends::slurm::{HostPath, Slurm, SlurmCli};
 use crate::domain::names::ClusterName;
 use crate::domain::tenants::TenantRegistry;
-use crate::dryrun::sim::{self, DryConfig, SimAuthentik, World};
+use crate::dryrun::sim::{self, DryConfig, SimAuthentik};
 use crate::effects::EffectLog;
 use crate::engine::{Actor, Engine, NewJob};
 use crate::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
@@ -67,21 +69,21 @@ fn dev_timings() -> flows::Timings {
 /// The real intake, reconciler and flows on the simulated cluster (see `crate::dryrun`): a
 /// demo tenant whose accounts exist, Authentik with alice and bob in its group, and dave, who
 /// left it but still has an association. Every simulated call is printed.
-async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, IntakeSetup, DryConfig)> {
+async fn dry_cluster(log: &EffectLog) -> anyhow::Result<Parts> {
     let tenants = Arc::new(TenantRegistry::parse(DEV_TENANTS, "onramp dev")?);
     let demo = tenants.tenant("demo").expect("the demo tenant");
     let cluster = ClusterName::parse("dev").expect("a cluster name");
     let cfg = DryConfig {
         cluster: cluster.clone(),
-        k8s: crate::backends::kubernetes::K8sArgs::defaults(),
-        storage: crate::backends::storage::StorageArgs::defaults(),
+        k8s: Default::default(),
+        storage: Default::default(),
         timings: dev_timings(),
         archive_dir: HostPath::parse("/var/spool/slurm/archive").expect("a path"),
         login_address: "login.demo.example".into(),
         notify: true,
         batch_window: std::time::Duration::from_millis(500),
     };
-    let world = World::new(&cluster, cfg.k8s.clone());
+    let world = sim::World::new(&cluster, cfg.k8s.clone());
     let seed = SlurmCli::new(world.slurm_host(), cluster);
     seed.ensure_tenant(&flows::specs::tenant_spec(demo).map_err(anyhow::Error::msg)?).await?;
     let dave = [crate::domain::names::Username::parse("dave").expect("a name")];
@@ -117,7 +119,7 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, I
         batch: 64,
         reconcile_interval: std::time::Duration::from_secs(3600),
     };
-    Ok((backends, setup, cfg))
+    Ok(Parts { flows: Some(backends), intake: Some(setup), plans: Some(cfg) })
 }
 
 /// Prints each simulated call as it happens.
@@ -159,10 +161,8 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
     let pool = db::connect(url, 16).await?;
     db::migrate(&pool).await?;
     let log = EffectLog::default();
-    let (backends, setup, cfg) = dry_cluster(&log).await?;
-    let registry = setup.registry(flows::with_backends(flows::registry(), backends.clone()));
-    let engine = Engine::new(pool, registry);
-    backends.attach(&engine);
+    let world = World::build(pool, dry_cluster(&log).await?);
+    let engine = world.engine.clone();
     let samples = enqueue_samples(&engine).await?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -202,8 +202,8 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
             Err(e) => eprintln!("[dev] sample webhook failed: {e:#}"),
         }
     });
-    let worker = serve::worker_config(&args.worker);
-    serve::run(engine, Some(listener), Some(worker), Some(setup), Some(cfg), serve::shutdown_on_signal()).await
+    let worker = worker_config(&args.worker);
+    world.run(Some(listener), Some(worker), shutdown_on_signal()).await
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.

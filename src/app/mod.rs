@@ -8,8 +8,10 @@ pub mod dev;
 pub mod devpg;
 pub mod intake;
 pub mod serve;
+pub mod settings;
 mod settings_file;
 pub mod telemetry;
+pub mod world;
 
 use std::process::ExitCode;
 

@@ -11,7 +11,7 @@ use crate::backends::exec::{Command, RunFuture, Transport};
 use crate::backends::kubernetes::api::K8sFuture;
 use crate::backends::kubernetes::keys::{Applied, KeyState, secret_name};
 use crate::backends::kubernetes::tenant::{Deleted, TENANT_LABEL};
-use crate::backends::kubernetes::{K8sArgs, Kubernetes};
+use crate::backends::kubernetes::{K8sSettings, Kubernetes};
 use crate::backends::notify::{Message, Notifier, NotifyFuture, Recipient};
 use crate::domain::names::{TenantName, Username};
 use crate::domain::sshkey::PublicKey;
@@ -55,7 +55,7 @@ impl Transport for RecordingTransport {
 /// pods go through recording transports (`slurm`, `login/<tenant>`).
 pub struct RecordingK8s {
     pub inner: Arc<dyn Kubernetes>,
-    pub settings: K8sArgs,
+    pub settings: K8sSettings,
     pub log: EffectLog,
 }
 

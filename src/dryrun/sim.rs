@@ -18,11 +18,11 @@ use crate::backends::exec::{Command, Output, RunFuture, Transport};
 use crate::backends::kubernetes::api::K8sFuture;
 use crate::backends::kubernetes::keys::{Applied, KeyState};
 use crate::backends::kubernetes::tenant::Deleted;
-use crate::backends::kubernetes::{K8sArgs, Kubernetes};
+use crate::backends::kubernetes::{K8sSettings, Kubernetes};
 use crate::backends::notify::{Message, Notifier, NotifyFuture, Recipient};
 use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use crate::backends::slurm::{HostPath, SlurmCli};
-use crate::backends::storage::{CommandStorage, StorageArgs};
+use crate::backends::storage::{CommandStorage, StorageSettings};
 use crate::domain::names::{ClusterName, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
 use crate::domain::tenants::TenantRegistry;
@@ -41,11 +41,11 @@ struct State {
 /// Everything the simulation holds; shared by its backends.
 pub struct World {
     state: Mutex<State>,
-    settings: K8sArgs,
+    settings: K8sSettings,
 }
 
 impl World {
-    pub fn new(cluster: &ClusterName, settings: K8sArgs) -> Arc<Self> {
+    pub fn new(cluster: &ClusterName, settings: K8sSettings) -> Arc<Self> {
         let state = State { slurm: SlurmSim::new(cluster.as_str()), ..Default::default() };
         Arc::new(Self { state: Mutex::new(state), settings })
     }
@@ -324,8 +324,8 @@ impl Notifier for Silent {
 #[derive(Clone)]
 pub struct DryConfig {
     pub cluster: ClusterName,
-    pub k8s: K8sArgs,
-    pub storage: StorageArgs,
+    pub k8s: K8sSettings,
+    pub storage: StorageSettings,
     pub timings: Timings,
     pub archive_dir: HostPath,
     pub login_address: String,
@@ -333,29 +333,6 @@ pub struct DryConfig {
     pub notify: bool,
     /// See `ONRAMP_SLURM_BATCH_WINDOW`.
     pub batch_window: Duration,
-}
-
-impl DryConfig {
-    /// From the same settings `onramp serve` reads.
-    pub fn from_args(
-        slurm: &crate::app::cli::SlurmArgs,
-        k8s: &K8sArgs,
-        storage: &StorageArgs,
-        flows: &crate::flows::settings::FlowArgs,
-        notify: &crate::backends::notify::NotifyArgs,
-    ) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        Ok(Self {
-            cluster: ClusterName::parse(&slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?,
-            k8s: k8s.clone(),
-            storage: storage.clone(),
-            timings: flows.timings(),
-            archive_dir: HostPath::parse(&flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?,
-            login_address: notify.login_address.clone(),
-            notify: notify.smtp_url.is_some() || notify.slack_webhook_url.is_some(),
-            batch_window: slurm.slurm_batch_window,
-        })
-    }
 }
 
 /// The flows' backends on the simulation, every call recorded in `log`.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::store::{Claimed, StepWrite};
-use super::{RetryPolicy, Transition};
+use super::{JobState, RetryPolicy, StepOutcome, Transition};
 
 pub(crate) struct Situation<'a> {
     pub claimed: &'a Claimed,
@@ -27,8 +27,8 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
         step_index: idx,
         attempt: c.attempt,
         step,
-        outcome: "done",
-        new_state: "pending",
+        outcome: StepOutcome::Done,
+        new_state: JobState::Pending,
         new_step_index: idx,
         new_step: step,
         delay: Duration::ZERO,
@@ -37,9 +37,9 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
         output: None,
         effects: None,
     };
-    let fail = |mut w: StepWrite, outcome: &'static str, msg: String| {
-        w.outcome = outcome;
-        w.new_state = "failed";
+    let fail = |mut w: StepWrite, msg: String| {
+        w.outcome = StepOutcome::Fail;
+        w.new_state = JobState::Failed;
         w.error = Some(msg);
         w
     };
@@ -47,46 +47,44 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
         Transition::Done(out) => {
             w.output = Some(out);
             if (idx as usize) + 1 >= s.steps.len() {
-                w.new_state = "succeeded";
+                w.new_state = JobState::Succeeded;
             } else {
                 w.new_step_index = idx + 1;
                 w.new_step = s.steps[idx as usize + 1];
                 if s.continue_here {
-                    w.new_state = "running";
+                    w.new_state = JobState::Running;
                     w.delay = s.lease;
                 }
             }
             w
         }
-        Transition::Retry(e) if s.policy.exhausted(used) => {
-            fail(w, "fail", format!("gave up after {used} attempts: {e}"))
-        }
+        Transition::Retry(e) if s.policy.exhausted(used) => fail(w, format!("gave up after {used} attempts: {e}")),
         Transition::Retry(e) => {
-            w.outcome = "retry";
+            w.outcome = StepOutcome::Retry;
             w.delay = s.policy.delay(used, s.jitter);
             w.error = Some(e);
             w
         }
         Transition::Wait(d) => {
-            w.outcome = "wait";
-            w.new_state = "waiting";
+            w.outcome = StepOutcome::Wait;
+            w.new_state = JobState::Waiting;
             w.delay = d;
             w
         }
         Transition::Poll { .. } if s.poll_expired => {
-            fail(w, "fail", format!("step {step} was still polling when its deadline passed"))
+            fail(w, format!("step {step} was still polling when its deadline passed"))
         }
         Transition::Poll { every, for_at_most } => {
-            w.outcome = "poll";
-            w.new_state = "waiting";
+            w.outcome = StepOutcome::Poll;
+            w.new_state = JobState::Waiting;
             w.delay = every;
             w.poll_for = for_at_most;
             w
         }
-        Transition::Fail(e) => fail(w, "fail", e),
+        Transition::Fail(e) => fail(w, e),
         Transition::NeedsApproval(reason) => {
-            w.outcome = "needs_approval";
-            w.new_state = "needs_approval";
+            w.outcome = StepOutcome::NeedsApproval;
+            w.new_state = JobState::NeedsApproval;
             w.error = Some(reason);
             w
         }
@@ -132,48 +130,51 @@ mod tests {
     fn done_moves_on_in_the_same_worker_and_the_last_step_succeeds() {
         let c = claimed(0, 1, 0);
         let w = decide(&sit(&c), Transition::Done(json!(1)));
-        assert_eq!((w.new_state, w.new_step_index, w.new_step, w.delay), ("running", 1, "b", Duration::from_secs(10)));
+        assert_eq!(
+            (w.new_state, w.new_step_index, w.new_step, w.delay),
+            (JobState::Running, 1, "b", Duration::from_secs(10))
+        );
         let c = claimed(1, 1, 0);
         let w = decide(&sit(&c), Transition::Done(json!(2)));
-        assert_eq!((w.new_state, w.output), ("succeeded", Some(json!(2))));
+        assert_eq!((w.new_state, w.output), (JobState::Succeeded, Some(json!(2))));
     }
 
     #[test]
     fn done_while_shutting_down_leaves_the_next_step_pending() {
         let c = claimed(0, 1, 0);
         let w = decide(&Situation { continue_here: false, ..sit(&c) }, Transition::Done(json!(null)));
-        assert_eq!((w.new_state, w.new_step_index, w.delay), ("pending", 1, Duration::ZERO));
+        assert_eq!((w.new_state, w.new_step_index, w.delay), (JobState::Pending, 1, Duration::ZERO));
     }
 
     #[test]
     fn retry_backs_off_until_the_budget_is_spent_counting_from_the_floor() {
         let c = claimed(0, 2, 0);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
-        assert_eq!((w.outcome, w.new_state, w.delay), ("retry", "pending", Duration::from_secs(4)));
+        assert_eq!((w.outcome, w.new_state, w.delay), (StepOutcome::Retry, JobState::Pending, Duration::from_secs(4)));
         let c = claimed(0, 3, 0);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
-        assert_eq!((w.outcome, w.new_state), ("fail", "failed"));
+        assert_eq!((w.outcome, w.new_state), (StepOutcome::Fail, JobState::Failed));
         assert_eq!(w.error.as_deref(), Some("gave up after 3 attempts: boom"));
         // after a manual retry the budget starts again at the floor
         let c = claimed(0, 5, 3);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
-        assert_eq!(w.new_state, "pending");
+        assert_eq!(w.new_state, JobState::Pending);
     }
 
     #[test]
     fn poll_past_its_deadline_fails() {
         let c = claimed(0, 1, 0);
         let p = Transition::Poll { every: Duration::from_secs(1), for_at_most: Duration::from_secs(5) };
-        assert_eq!(decide(&sit(&c), p.clone()).new_state, "waiting");
-        assert_eq!(decide(&Situation { poll_expired: true, ..sit(&c) }, p).new_state, "failed");
+        assert_eq!(decide(&sit(&c), p.clone()).new_state, JobState::Waiting);
+        assert_eq!(decide(&Situation { poll_expired: true, ..sit(&c) }, p).new_state, JobState::Failed);
     }
 
     #[test]
     fn approval_and_failure_keep_the_reason() {
         let c = claimed(1, 1, 0);
         let w = decide(&sit(&c), Transition::NeedsApproval("hard cutoff".into()));
-        assert_eq!((w.new_state, w.error.as_deref()), ("needs_approval", Some("hard cutoff")));
+        assert_eq!((w.new_state, w.error.as_deref()), (JobState::NeedsApproval, Some("hard cutoff")));
         let w = decide(&sit(&c), Transition::Fail("no such tenant".into()));
-        assert_eq!((w.new_state, w.error.as_deref()), ("failed", Some("no such tenant")));
+        assert_eq!((w.new_state, w.error.as_deref()), (JobState::Failed, Some("no such tenant")));
     }
 }

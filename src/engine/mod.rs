@@ -11,6 +11,7 @@ mod flow;
 mod model;
 mod ops;
 mod policy;
+mod query;
 pub mod simulate;
 mod store;
 mod worker;
@@ -20,9 +21,10 @@ use std::sync::Arc;
 use sqlx::{PgConnection, PgPool};
 
 pub use flow::{Flow, Registry, StepCtx, StepFuture, Transition};
-pub use model::{Actor, Job, JobEvent, JobState, StepRun};
+pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
 pub use policy::RetryPolicy;
+pub use query::{LatestEntry, OpenCount, OutputArray};
 pub use store::{Enqueued, NewJob};
 pub use worker::{WorkerConfig, WorkerStats};
 
@@ -114,6 +116,45 @@ impl Engine {
 
     pub async fn events(&self, id: i64) -> Result<Vec<JobEvent>, EngineError> {
         ops::events(&self.pool, id).await
+    }
+
+    /// The latest succeeded job of any of `kinds`.
+    pub async fn latest_succeeded(&self, kinds: &[&str]) -> Result<Option<Job>, EngineError> {
+        query::latest_succeeded(&self.pool, kinds).await
+    }
+
+    /// For each key, its element of the array `at` from the latest succeeded job that has one.
+    pub async fn latest_entries(&self, at: &OutputArray<'_>, keys: &[&str]) -> Result<Vec<LatestEntry>, EngineError> {
+        query::latest_entries(&self.pool, at, keys).await
+    }
+
+    /// Unfinished jobs of these tenants by tenant, kind and state.
+    pub async fn open_counts(&self, tenants: &[&str]) -> Result<Vec<OpenCount>, EngineError> {
+        query::open_counts(&self.pool, tenants).await
+    }
+
+    /// Unfinished jobs by state (states with none left out).
+    pub async fn open_by_state(&self) -> Result<Vec<(JobState, i64)>, EngineError> {
+        query::open_by_state(&self.pool).await
+    }
+
+    /// Dedupe keys held by a job that has started, inside the caller's transaction: key -> job id.
+    pub async fn started_holders_in(
+        &self,
+        conn: &mut PgConnection,
+        keys: &[&str],
+    ) -> Result<std::collections::HashMap<String, i64>, EngineError> {
+        query::started_holders(conn, keys).await
+    }
+
+    /// The database's clock.
+    pub async fn now(&self) -> Result<time::OffsetDateTime, EngineError> {
+        query::now(&self.pool).await
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<(), EngineError> {
+        query::ping(&self.pool).await
     }
 
     /// Runs a worker until `shutdown` is cancelled and its running steps are drained.

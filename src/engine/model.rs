@@ -5,6 +5,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 use serde_json::Value;
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef, Postgres};
+use sqlx::{Decode, Encode};
 use time::OffsetDateTime;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -62,6 +66,95 @@ impl FromStr for JobState {
     }
 }
 
+/// How one attempt of a step ended, as its `step_runs` row records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    Done,
+    Retry,
+    Wait,
+    Poll,
+    Fail,
+    NeedsApproval,
+    /// The worker stopped renewing its lease; another worker reclaimed the step.
+    LeaseExpired,
+    /// The worker gave the step back at shutdown.
+    Released,
+    Cancelled,
+}
+
+impl StepOutcome {
+    pub const ALL: [StepOutcome; 9] = [
+        Self::Done,
+        Self::Retry,
+        Self::Wait,
+        Self::Poll,
+        Self::Fail,
+        Self::NeedsApproval,
+        Self::LeaseExpired,
+        Self::Released,
+        Self::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Retry => "retry",
+            Self::Wait => "wait",
+            Self::Poll => "poll",
+            Self::Fail => "fail",
+            Self::NeedsApproval => "needs_approval",
+            Self::LeaseExpired => "lease_expired",
+            Self::Released => "released",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for StepOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepOutcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s).ok_or_else(|| format!("unknown step outcome {s:?}"))
+    }
+}
+
+/// Stored as their text names: decoded from and bound as `text` (and `text[]`).
+macro_rules! text_column {
+    ($t:ty) => {
+        impl sqlx::Type<Postgres> for $t {
+            fn type_info() -> PgTypeInfo {
+                <&str as sqlx::Type<Postgres>>::type_info()
+            }
+            fn compatible(ty: &PgTypeInfo) -> bool {
+                <&str as sqlx::Type<Postgres>>::compatible(ty)
+            }
+        }
+        impl PgHasArrayType for $t {
+            fn array_type_info() -> PgTypeInfo {
+                <&str as PgHasArrayType>::array_type_info()
+            }
+        }
+        impl<'r> Decode<'r, Postgres> for $t {
+            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                Ok(<&str as Decode<Postgres>>::decode(value)?.parse::<$t>()?)
+            }
+        }
+        impl Encode<'_, Postgres> for $t {
+            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+                <&str as Encode<Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+    };
+}
+text_column!(JobState);
+text_column!(StepOutcome);
+
 /// Who or what caused a change: recorded with every audit entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -102,7 +195,7 @@ pub struct Job {
     /// The first segment of the subject.
     pub tenant: String,
     pub dedupe_key: Option<String>,
-    pub state: String,
+    pub state: JobState,
     pub input: Value,
     pub outputs: Value,
     pub step_index: i32,
@@ -136,7 +229,7 @@ pub struct StepRun {
     pub started_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub finished_at: Option<OffsetDateTime>,
-    pub outcome: Option<String>,
+    pub outcome: Option<StepOutcome>,
     pub error: Option<String>,
     pub output: Option<Value>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -151,8 +244,8 @@ pub struct JobEvent {
     pub job_id: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
-    pub from_state: Option<String>,
-    pub to_state: String,
+    pub from_state: Option<JobState>,
+    pub to_state: JobState,
     pub step: Option<String>,
     pub actor: String,
     pub detail: Option<String>,

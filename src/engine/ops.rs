@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
 use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
 
-const JOB_COLUMNS: &str =
+pub(super) const JOB_COLUMNS: &str =
     "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
      lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
 
@@ -17,12 +17,11 @@ async fn lock(
     action: &'static str,
     allowed: &[JobState],
 ) -> Result<(JobState, String), EngineError> {
-    let row: Option<(String, String)> = sqlx::query_as("select state, step from jobs where id = $1 for update")
+    let row: Option<(JobState, String)> = sqlx::query_as("select state, step from jobs where id = $1 for update")
         .bind(id)
         .fetch_optional(&mut **tx)
         .await?;
     let (state, step) = row.ok_or(EngineError::NotFound(id))?;
-    let state: JobState = state.parse().map_err(EngineError::Corrupt)?;
     if !allowed.contains(&state) {
         return Err(EngineError::InvalidState { id, state, action });
     }
@@ -42,8 +41,8 @@ async fn record(
         "insert into job_events (job_id, from_state, to_state, step, actor, detail) values ($1, $2, $3, $4, $5, $6)",
     )
     .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
+    .bind(from)
+    .bind(to)
     .bind(step)
     .bind(actor.as_str())
     .bind(detail)
@@ -164,7 +163,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
            and ($8::text is null or tenant = $8)
          order by id desc limit $7"
     ))
-    .bind(f.state.map(JobState::as_str))
+    .bind(f.state)
     .bind(f.kind.as_deref())
     .bind(exact)
     .bind(prefix)

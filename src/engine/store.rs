@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use sqlx::{PgConnection, PgPool, Row};
 use time::OffsetDateTime;
 
-use super::{Actor, EngineError, Registry};
+use super::{Actor, EngineError, JobState, Registry, StepOutcome};
 
 pub(crate) const NOTIFY_JOBS: &str = "onramp_jobs";
 pub(crate) const NOTIFY_CANCEL: &str = "onramp_cancel";
@@ -222,9 +222,8 @@ pub struct StepWrite {
     pub step_index: i32,
     pub attempt: i32,
     pub step: &'static str,
-    /// done | retry | wait | poll | fail | needs_approval
-    pub outcome: &'static str,
-    pub new_state: &'static str,
+    pub outcome: StepOutcome,
+    pub new_state: JobState,
     pub new_step_index: i32,
     pub new_step: &'static str,
     /// From now until the job is due again (for `running`: the new lease).
@@ -240,7 +239,7 @@ pub struct StepWrite {
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
 pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
-    let closes = writes.iter().any(|w| matches!(w.new_state, "succeeded" | "failed"));
+    let closes = writes.iter().any(|w| matches!(w.new_state, JobState::Succeeded | JobState::Failed));
     let ids = sqlx::query_scalar(
         "with v as (
            select * from unnest($2::bigint[], $3::int[], $4::int[], $5::text[], $6::text[], $7::int[],

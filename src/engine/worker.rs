@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::decide::{Situation, decide};
 use super::store::{self, Claimed, NOTIFY_CANCEL, NOTIFY_JOBS, StepWrite};
-use super::{Engine, Flow, Registry, StepCtx, Transition};
+use super::{Engine, Flow, JobState, Registry, StepCtx, StepOutcome, Transition};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -244,17 +244,18 @@ async fn run_job(
         let mut write = decide(&situation, t);
         write.effects = (!effects.is_empty()).then_some(serde_json::Value::Array(effects));
         match write.outcome {
-            "done" => shared.stats.steps_done.fetch_add(1, Relaxed),
-            "retry" => shared.stats.steps_retried.fetch_add(1, Relaxed),
-            "fail" => shared.stats.steps_failed.fetch_add(1, Relaxed),
+            StepOutcome::Done => shared.stats.steps_done.fetch_add(1, Relaxed),
+            StepOutcome::Retry => shared.stats.steps_retried.fetch_add(1, Relaxed),
+            StepOutcome::Fail => shared.stats.steps_failed.fetch_add(1, Relaxed),
             _ => 0,
         };
         let (reply, accepted) = oneshot::channel();
-        let next = (write.new_state == "running").then(|| (write.new_step_index, write.step, write.output.clone()));
+        let next =
+            (write.new_state == JobState::Running).then(|| (write.new_step_index, write.step, write.output.clone()));
         if let Some(err) = &write.error {
-            tracing::info!(parent: &span, outcome = write.outcome, error = %err, "step finished");
+            tracing::info!(parent: &span, outcome = write.outcome.as_str(), error = %err, "step finished");
         } else {
-            tracing::debug!(parent: &span, outcome = write.outcome, "step finished");
+            tracing::debug!(parent: &span, outcome = write.outcome.as_str(), "step finished");
         }
         if writes.send((write, reply)).await.is_err() || !accepted.await.unwrap_or(false) {
             shared.stats.reclaimed_writes_refused.fetch_add(1, Relaxed);
@@ -323,7 +324,7 @@ async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite, oneshot::
         {
             let mut map = s.inflight.lock().expect("inflight lock");
             for w in &writes {
-                if accepted.contains(&w.id) && w.new_state == "running" {
+                if accepted.contains(&w.id) && w.new_state == JobState::Running {
                     if let Some(f) = map.get_mut(&w.id) {
                         f.step_index = w.new_step_index;
                         f.attempt = 1;
@@ -334,7 +335,7 @@ async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite, oneshot::
             }
         }
         // A retry or timer written here may be due before the claimer's next look: let it recompute.
-        if writes.iter().any(|w| matches!(w.new_state, "pending" | "waiting")) {
+        if writes.iter().any(|w| matches!(w.new_state, JobState::Pending | JobState::Waiting)) {
             s.wake.notify_one();
         }
         for (w, reply) in batch.drain(..) {

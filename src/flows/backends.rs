@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::backends::authentik::{Authentik, AuthentikError};
 use crate::backends::kubernetes::login::{LoginError, LoginPod};
-use crate::backends::kubernetes::{K8sArgs, K8sError, Kubernetes};
+use crate::backends::kubernetes::{K8sError, K8sSettings, Kubernetes};
 use crate::backends::notify::Notifier;
 use crate::backends::slurm::{HostPath, Slurm, SlurmError};
 use crate::backends::storage::{Storage, StorageError};
@@ -56,7 +56,7 @@ pub struct Backends {
     pub slurm: Arc<dyn Slurm>,
     pub k8s: Arc<dyn Kubernetes>,
     /// Names and paths on the login pods (home root, skel, run-as, smoke gres) and `manage_keys`.
-    pub k8s_settings: K8sArgs,
+    pub k8s_settings: K8sSettings,
     pub storage: Arc<dyn Storage>,
     /// `None`: nobody is notified (recorded in the step's output).
     pub notifier: Option<Arc<dyn Notifier>>,
@@ -77,7 +77,7 @@ impl Backends {
     pub fn new(
         slurm: Arc<dyn Slurm>,
         k8s: Arc<dyn Kubernetes>,
-        k8s_settings: K8sArgs,
+        k8s_settings: K8sSettings,
         storage: Arc<dyn Storage>,
         notifier: Option<Arc<dyn Notifier>>,
         authentik: Arc<dyn Authentik>,

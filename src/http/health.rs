@@ -10,7 +10,7 @@ pub fn routes() -> Vec<Route> {
 }
 
 async fn ready(State(s): State<AppState>) -> Result<&'static str, Problem> {
-    sqlx::query("select 1").execute(s.engine.pool()).await.map_err(|e| {
+    s.engine.ping().await.map_err(|e| {
         tracing::warn!(error = %e, "readiness: database unreachable");
         Problem::new(StatusCode::SERVICE_UNAVAILABLE, "not-ready", "Not ready", "the database does not answer")
     })?;

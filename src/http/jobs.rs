@@ -129,10 +129,7 @@ async fn stream(
     State(s): State<AppState>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
     let p = auth.require(Role::Viewer)?.clone();
-    let start: OffsetDateTime = sqlx::query_scalar("select now()")
-        .fetch_one(s.engine.pool())
-        .await
-        .map_err(|e| Problem::from(crate::engine::EngineError::from(e)))?;
+    let start = s.engine.now().await?;
     let feed = Feed { s, p, since: start, sent: HashMap::new(), queue: Vec::new() };
     Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(KeepAlive::default()))
 }

@@ -8,6 +8,7 @@ use axum::http::{Method, header};
 use axum::response::IntoResponse;
 
 use super::{AppState, Problem, Route, route};
+use crate::engine::JobState;
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::GET, "/metrics", metrics)]
@@ -30,14 +31,10 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem
     if let Some(intake) = &s.intake {
         intake.stats.render(&mut out);
     }
-    let rows: Vec<(String, i64)> =
-        sqlx::query_as("select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state")
-            .fetch_all(s.engine.pool())
-            .await
-            .map_err(|e| Problem::from(crate::engine::EngineError::from(e)))?;
+    let rows = s.engine.open_by_state().await?;
     let _ = writeln!(out, "# HELP onramp_jobs_open Unfinished jobs by state.\n# TYPE onramp_jobs_open gauge");
-    for state in ["pending", "running", "waiting", "needs_approval", "failed"] {
-        let n = rows.iter().find(|(s, _)| s == state).map_or(0, |r| r.1);
+    for state in JobState::ALL.into_iter().filter(|st| !st.is_closed()) {
+        let n = rows.iter().find(|(st, _)| *st == state).map_or(0, |r| r.1);
         let _ = writeln!(out, "onramp_jobs_open{{state=\"{state}\"}} {n}");
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))

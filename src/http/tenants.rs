@@ -15,7 +15,7 @@ use super::auth::Auth;
 use super::extract::PathParam;
 use super::{AppState, Problem, Route, route};
 use crate::domain::tenants::Tenant;
-use crate::engine::EngineError;
+use crate::engine::{JobState, OutputArray};
 use crate::flows::reconcile::{RECONCILE_FULL, RECONCILE_TENANT};
 use crate::http::access::Role;
 
@@ -25,10 +25,6 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/v1/tenants/{tenant}", show),
         route(Method::GET, "/v1/drift", drift),
     ]
-}
-
-fn db(e: sqlx::Error) -> Problem {
-    Problem::from(EngineError::from(e))
 }
 
 fn rfc3339(t: OffsetDateTime) -> Value {
@@ -60,43 +56,24 @@ async fn show(
 /// The latest finished reconcile report entry of each tenant: (job id, finished, entry).
 type Reports = BTreeMap<String, (i64, OffsetDateTime, Value)>;
 
+/// Where a reconcile keeps its per-tenant report entries.
+const REPORT_ENTRIES: OutputArray<'static> =
+    OutputArray { kinds: &[RECONCILE_FULL, RECONCILE_TENANT], path: &["reconcile", "tenants"], field: "tenant" };
+
 async fn latest_reports(s: &AppState, names: &[&str]) -> Result<Reports, Problem> {
-    let rows: Vec<(String, i64, OffsetDateTime, Value)> = sqlx::query_as(
-        "select t.name, j.id, j.finished_at, j.entry
-         from unnest($1::text[]) t(name)
-         join lateral (
-           select j.id, j.finished_at,
-                  (select x from jsonb_array_elements(j.outputs -> 'reconcile' -> 'tenants') x
-                   where x ->> 'tenant' = t.name limit 1) as entry
-           from jobs j
-           where j.kind in ($2, $3) and j.state = 'succeeded' and j.finished_at is not null
-             and j.outputs -> 'reconcile' -> 'tenants' @> jsonb_build_array(jsonb_build_object('tenant', t.name))
-           order by j.finished_at desc
-           limit 1) j on true",
-    )
-    .bind(names)
-    .bind(RECONCILE_FULL)
-    .bind(RECONCILE_TENANT)
-    .fetch_all(s.engine.pool())
-    .await
-    .map_err(db)?;
-    Ok(rows.into_iter().map(|(n, id, at, entry)| (n, (id, at, entry))).collect())
+    let entries = s.engine.latest_entries(&REPORT_ENTRIES, names).await?;
+    Ok(entries.into_iter().map(|e| (e.key, (e.job, e.finished_at, e.entry))).collect())
 }
 
 /// Unfinished jobs of each tenant: kind -> (count, of which failed or waiting for approval).
 async fn in_flight(s: &AppState, names: &[&str]) -> Result<BTreeMap<String, BTreeMap<String, (i64, i64)>>, Problem> {
-    let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
-        "select tenant, kind, count(*), count(*) filter (where state in ('failed', 'needs_approval'))
-         from jobs where tenant = any($1) and state not in ('succeeded', 'cancelled')
-         group by tenant, kind",
-    )
-    .bind(names)
-    .fetch_all(s.engine.pool())
-    .await
-    .map_err(db)?;
     let mut out: BTreeMap<String, BTreeMap<String, (i64, i64)>> = BTreeMap::new();
-    for (tenant, kind, n, attention) in rows {
-        out.entry(tenant).or_default().insert(kind, (n, attention));
+    for c in s.engine.open_counts(names).await? {
+        let (n, attention) = out.entry(c.tenant).or_default().entry(c.kind).or_default();
+        *n += c.jobs;
+        if matches!(c.state, JobState::Failed | JobState::NeedsApproval) {
+            *attention += c.jobs;
+        }
     }
     Ok(out)
 }
@@ -167,19 +144,13 @@ async fn summaries(s: &AppState, tenants: &[&Tenant]) -> Result<Vec<Value>, Prob
 /// The latest finished full reconcile's report, narrowed to the caller's tenant when scoped.
 async fn drift(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
-    let row: Option<(i64, OffsetDateTime, Value, Value)> = sqlx::query_as(
-        "select id, finished_at, coalesce(input -> 'cause', 'null'), coalesce(outputs -> 'reconcile', '{}')
-         from jobs
-         where kind = $1 and state = 'succeeded' and finished_at is not null
-         order by finished_at desc limit 1",
-    )
-    .bind(RECONCILE_FULL)
-    .fetch_optional(s.engine.pool())
-    .await
-    .map_err(db)?;
-    let Some((job, finished_at, cause, mut report)) = row else {
+    let latest = s.engine.latest_succeeded(&[RECONCILE_FULL]).await?;
+    let Some((job, finished_at)) = latest.and_then(|j| j.finished_at.map(|at| (j, at))) else {
         return Err(Problem::not_found("no full reconcile has finished yet"));
     };
+    let cause = job.input.get("cause").cloned().unwrap_or(Value::Null);
+    let mut report = job.outputs.get("reconcile").cloned().unwrap_or_else(|| json!({}));
+    let job = job.id;
     if let (Some(own), Some(list)) = (&p.tenant, report.get_mut("tenants").and_then(Value::as_array_mut)) {
         list.retain(|e| e["tenant"].as_str() == Some(own.as_str()));
     }

@@ -46,8 +46,8 @@ pub enum WriteError {
 
 type Request = (Delivery, oneshot::Sender<Result<Stored, WriteError>>);
 
-/// key, id if inserted now, id if stored before, running holders of the jobs' dedupe keys
-type DeliveryRow = (String, Option<Uuid>, Option<Uuid>, Option<Value>);
+/// key, id if inserted now, id if stored before
+type DeliveryRow = (String, Option<Uuid>, Option<Uuid>);
 
 /// The handlers' side: cheap to clone.
 #[derive(Clone)]
@@ -127,9 +127,7 @@ async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, crate::e
            select id, key, remote_addr, shape, action, model, body, targets from v
            on conflict (delivery_key) do nothing
            returning id, delivery_key)
-         select v.key, ins.id, d.id,
-                (select jsonb_object_agg(dedupe_key, id) from jobs
-                 where dedupe_key = any($9) and state not in ('pending', 'succeeded', 'cancelled'))
+         select v.key, ins.id, d.id
          from v left join ins on ins.delivery_key = v.key
                 left join webhook_deliveries d on d.delivery_key = v.key",
     )
@@ -141,18 +139,11 @@ async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, crate::e
     .bind(pick(|d| d.model.as_deref()))
     .bind(unique.iter().map(|&i| &ds[i].body).collect::<Vec<_>>())
     .bind(unique.iter().map(|&i| &ds[i].targets).collect::<Vec<_>>())
-    .bind(&keys)
     .fetch_all(&mut *tx)
     .await?;
-
-    let mut by_key: HashMap<String, (Option<Uuid>, Option<Uuid>)> = HashMap::new();
-    let mut holders: HashMap<String, i64> = HashMap::new();
-    for (key, inserted, existing, held) in rows {
-        if let Some(Value::Object(m)) = held {
-            holders.extend(m.into_iter().filter_map(|(k, v)| v.as_i64().map(|id| (k, id))));
-        }
-        by_key.insert(key, (inserted, existing));
-    }
+    let by_key: HashMap<String, (Option<Uuid>, Option<Uuid>)> =
+        rows.into_iter().map(|(key, inserted, existing)| (key, (inserted, existing))).collect();
+    let holders = engine.started_holders_in(&mut tx, &keys).await?;
 
     let mut out: Vec<Option<Stored>> = vec![None; ds.len()];
     let mut jobs: Vec<NewJob> = Vec::new();

@@ -79,7 +79,7 @@ where
 pub async fn wait_state(engine: &Engine, id: i64, state: &str, deadline: Duration) -> Job {
     eventually(deadline, &format!("job {id} to be {state}"), || async {
         let j = engine.job(id).await.unwrap();
-        (j.state == state).then_some(j)
+        (j.state.as_str() == state).then_some(j)
     })
     .await
 }

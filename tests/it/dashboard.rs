@@ -90,7 +90,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     let stop = CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
     let worker = worker_config("dash", Duration::from_secs(10));
-    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), Some(worker), None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::world::World::bare(e).run(Some(listener), Some(worker), s).await.unwrap() });
     let tok = token(&engine, "ops", Role::Operator, None).await;
     let job =
         |subject: &str, mode: &str| NewJob::new("demo.onboard", subject, json!({"mode": mode}), Actor::cli("test"));

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::time::Duration;
 
 use onramp::engine::fencing::{StepWrite, write_results};
-use onramp::engine::{Actor, EngineError, NewJob, Registry, RetryPolicy, Transition};
+use onramp::engine::{Actor, EngineError, JobState, NewJob, Registry, RetryPolicy, StepOutcome, Transition};
 use serde_json::json;
 use time::OffsetDateTime;
 use tokio::sync::Notify;
@@ -38,15 +38,15 @@ async fn steps_run_in_order_outputs_carry_over_and_every_change_is_audited() {
     let steps: Vec<_> = journal.lock().unwrap().iter().map(|e| e.step).collect();
     assert_eq!(steps, ["a", "b", "c"]);
     let runs = runs(&engine, id).await;
-    assert!(runs.iter().all(|r| r.outcome.as_deref() == Some("done") && r.attempt == 1 && r.worker == "w1"));
+    assert!(runs.iter().all(|r| r.outcome == Some(StepOutcome::Done) && r.attempt == 1 && r.worker == "w1"));
     let ev: Vec<_> =
         engine.events(id).await.unwrap().into_iter().map(|e| (e.from_state, e.to_state, e.actor)).collect();
     assert_eq!(
         ev,
         [
-            (None, "pending".into(), "cli:test".into()),
-            (Some("pending".into()), "running".into(), "worker:w1".into()),
-            (Some("running".into()), "succeeded".into(), "worker:w1".into()),
+            (None, JobState::Pending, "cli:test".into()),
+            (Some(JobState::Pending), JobState::Running, "worker:w1".into()),
+            (Some(JobState::Running), JobState::Succeeded, "worker:w1".into()),
         ]
     );
     w.shutdown().await;
@@ -71,8 +71,8 @@ async fn retries_back_off_by_the_policy_and_give_up_after_the_last_attempt() {
     let bad = engine.enqueue(&[bad]).await.unwrap()[0].id;
     wait_state(&engine, ok, "succeeded", SECS10).await;
     let runs_ok = runs(&engine, ok).await;
-    let outcomes: Vec<_> = runs_ok.iter().map(|r| r.outcome.clone().unwrap()).collect();
-    assert_eq!(outcomes, ["retry", "retry", "done"]);
+    let outcomes: Vec<_> = runs_ok.iter().map(|r| r.outcome.unwrap()).collect();
+    assert_eq!(outcomes, [StepOutcome::Retry, StepOutcome::Retry, StepOutcome::Done]);
     // fast_policy: 200 ms, then 400 ms, each jittered into [half, full]
     for (i, base_ms) in [(0, 200i64), (1, 400)] {
         let r = &runs_ok[i];
@@ -118,7 +118,7 @@ async fn timers_in_the_past_fire_at_once_and_timers_in_the_future_never_early() 
 
     wait_state(&engine, ids[2], "succeeded", SECS10).await;
     let r = runs(&engine, ids[2]).await;
-    assert_eq!(r.iter().map(|r| r.outcome.clone().unwrap()).collect::<Vec<_>>(), ["wait", "done"]);
+    assert_eq!(r.iter().map(|r| r.outcome.unwrap()).collect::<Vec<_>>(), [StepOutcome::Wait, StepOutcome::Done]);
     assert!(r[1].started_at - r[0].finished_at.unwrap() >= time::Duration::milliseconds(800));
     let seen: Vec<bool> = journal.lock().unwrap().iter().filter(|e| e.job == ids[2]).map(|e| e.waited).collect();
     assert_eq!(seen, [false, true]);
@@ -171,7 +171,7 @@ async fn jobs_of_one_subject_never_run_at_once() {
     let other = engine.enqueue(&[job("t.gate", "tenant-a/bob")]).await.unwrap()[0].id;
     // another subject is not held up
     wait_state(&engine, other, "succeeded", SECS10).await;
-    assert_eq!(engine.job(b).await.unwrap().state, "pending");
+    assert_eq!(engine.job(b).await.unwrap().state, JobState::Pending);
     assert_eq!(count(&journal, b, "held"), 0);
     gate.notify_one();
     wait_state(&engine, b, "succeeded", SECS10).await;
@@ -206,15 +206,15 @@ async fn cancel_stops_a_running_step_and_its_late_result_is_refused() {
     let id = engine.enqueue(&[job("t.cancel", "s/1")]).await.unwrap()[0].id;
     let running = wait_state(&engine, id, "running", SECS10).await;
     let j = engine.cancel(id, &Actor::api("ops"), Some("wrong tenant")).await.unwrap();
-    assert_eq!(j.state, "cancelled");
+    assert_eq!(j.state, JobState::Cancelled);
     eventually(Duration::from_secs(5), "the step to be stopped", || async { stopped.load(SeqCst).then_some(()) }).await;
     let write = StepWrite {
         id,
         step_index: 0,
         attempt: running.attempt,
         step: "long",
-        outcome: "done",
-        new_state: "running",
+        outcome: StepOutcome::Done,
+        new_state: JobState::Running,
         new_step_index: 1,
         new_step: "never",
         delay: SECS10,
@@ -227,7 +227,7 @@ async fn cancel_stops_a_running_step_and_its_late_result_is_refused() {
     let j = engine.job(id).await.unwrap();
     assert_eq!((j.state.as_str(), j.step.as_str()), ("cancelled", "long"));
     let r = runs(&engine, id).await;
-    assert_eq!((r.len(), r[0].outcome.as_deref()), (1, Some("cancelled")));
+    assert_eq!((r.len(), r[0].outcome), (1, Some(StepOutcome::Cancelled)));
     let last = engine.events(id).await.unwrap().pop().unwrap();
     assert_eq!(
         (last.to_state.as_str(), last.actor.as_str(), last.detail.as_deref()),
@@ -263,7 +263,8 @@ async fn retry_runs_a_failed_job_again_from_the_failed_step_only() {
     assert_eq!((count(&journal, id, "a"), count(&journal, id, "b"), count(&journal, id, "c")), (1, 2, 1));
     let ev = engine.events(id).await.unwrap();
     assert!(
-        ev.iter().any(|e| e.from_state.as_deref() == Some("failed") && e.to_state == "pending" && e.actor == "api:ops")
+        ev.iter()
+            .any(|e| e.from_state == Some(JobState::Failed) && e.to_state == JobState::Pending && e.actor == "api:ops")
     );
     w.shutdown().await;
 }
@@ -344,7 +345,7 @@ async fn a_panicking_or_hanging_step_is_retried() {
         wait_state(&engine, id, "succeeded", SECS10).await;
         let r = runs(&engine, id).await;
         assert_eq!(r[0].error.as_deref(), Some(msg));
-        assert_eq!(r[1].outcome.as_deref(), Some("done"));
+        assert_eq!(r[1].outcome, Some(StepOutcome::Done));
     }
     w.shutdown().await;
 }

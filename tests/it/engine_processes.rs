@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use onramp::engine::fencing::{StepWrite, write_results};
-use onramp::engine::{Actor, Engine, NewJob};
+use onramp::engine::{Actor, Engine, JobState, NewJob, StepOutcome};
 use serde_json::json;
 
 use crate::common::*;
@@ -28,7 +28,7 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
     let id = engine.enqueue(&[job("tenant-a/alice", json!({"block_attempts": 1}))]).await.unwrap()[0].id;
     let held = eventually(Duration::from_secs(20), "the blocking step to start", || async {
         let j = engine.job(id).await.unwrap();
-        (j.state == "running" && j.step == "work").then_some(j)
+        (j.state == JobState::Running && j.step == "work").then_some(j)
     })
     .await;
     assert_eq!(held.lease_owner.as_deref(), Some("doomed"));
@@ -40,8 +40,8 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
     let runs = runs(&engine, id).await;
     let work: Vec<_> = runs.iter().filter(|r| r.step == "work").collect();
     assert_eq!(work.len(), 2, "{runs:#?}");
-    assert_eq!((work[0].worker.as_str(), work[0].outcome.as_deref()), ("doomed", Some("lease_expired")));
-    assert_eq!((work[1].worker.as_str(), work[1].outcome.as_deref()), ("rescuer", Some("done")));
+    assert_eq!((work[0].worker.as_str(), work[0].outcome), ("doomed", Some(StepOutcome::LeaseExpired)));
+    assert_eq!((work[1].worker.as_str(), work[1].outcome), ("rescuer", Some(StepOutcome::Done)));
     let recovered = (work[1].started_at - killed_at).whole_milliseconds() as i64;
     assert!(recovered <= 2 * LEASE_MS, "reclaimed {recovered} ms after kill -9 (lease {LEASE_MS} ms)");
     eprintln!("kill -9 recovery: step claimed again {recovered} ms after the kill (lease {LEASE_MS} ms)");
@@ -52,8 +52,8 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
         step_index: held.step_index,
         attempt: held.attempt,
         step: "work",
-        outcome: "fail",
-        new_state: "failed",
+        outcome: StepOutcome::Fail,
+        new_state: JobState::Failed,
         new_step_index: held.step_index,
         new_step: "work",
         delay: Duration::ZERO,
@@ -148,13 +148,13 @@ async fn a_timer_survives_a_restart_and_fires_once_never_early() {
     let mut first = first;
     let status = tokio::time::timeout(Duration::from_secs(20), first.wait()).await.unwrap().unwrap();
     assert!(status.success(), "graceful exit: {status}");
-    assert_eq!(engine.job(id).await.unwrap().state, "waiting", "the timer is still pending after the restart");
+    assert_eq!(engine.job(id).await.unwrap().state, JobState::Waiting, "the timer is still pending after the restart");
 
     let _second = spawn_worker_process(&db, "after", LEASE, &[]);
     wait_state(&engine, id, "succeeded", Duration::from_secs(20)).await;
     let work: Vec<_> = runs(&engine, id).await.into_iter().filter(|r| r.step == "work").collect();
-    let outcomes: Vec<_> = work.iter().map(|r| r.outcome.clone().unwrap()).collect();
-    assert_eq!(outcomes, ["wait", "done"]);
+    let outcomes: Vec<_> = work.iter().map(|r| r.outcome.unwrap()).collect();
+    assert_eq!(outcomes, [StepOutcome::Wait, StepOutcome::Done]);
     assert_eq!(work[1].worker, "after");
     let due = work[0].next_run_at.unwrap();
     assert_eq!(due, waiting.run_at);
@@ -170,7 +170,7 @@ async fn sigterm_lets_a_running_step_finish_then_exits_zero() {
     let id = engine.enqueue(&[job("tenant-a/carol", json!({"sleep_ms": 1500}))]).await.unwrap()[0].id;
     eventually(Duration::from_secs(20), "work to start", || async {
         let j = engine.job(id).await.unwrap();
-        (j.step == "work" && j.state == "running").then_some(())
+        (j.step == "work" && j.state == JobState::Running).then_some(())
     })
     .await;
     signal(&child, "-TERM");
@@ -180,7 +180,7 @@ async fn sigterm_lets_a_running_step_finish_then_exits_zero() {
     // work finished; the next step was left for whoever runs next
     assert_eq!((j.state.as_str(), j.step.as_str(), j.lease_owner), ("pending", "finish", None));
     let work = runs(&engine, id).await.into_iter().find(|r| r.step == "work").unwrap();
-    assert_eq!(work.outcome.as_deref(), Some("done"));
+    assert_eq!(work.outcome, Some(StepOutcome::Done));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +191,7 @@ async fn sigterm_past_the_grace_period_releases_the_lease_for_others_at_once() {
     let id = engine.enqueue(&[job("tenant-a/dave", json!({"block_attempts": 1}))]).await.unwrap()[0].id;
     eventually(Duration::from_secs(20), "work to start", || async {
         let j = engine.job(id).await.unwrap();
-        (j.step == "work" && j.state == "running").then_some(())
+        (j.step == "work" && j.state == JobState::Running).then_some(())
     })
     .await;
     signal(&child, "-TERM");
@@ -200,7 +200,7 @@ async fn sigterm_past_the_grace_period_releases_the_lease_for_others_at_once() {
     let j = engine.job(id).await.unwrap();
     assert_eq!((j.state.as_str(), j.lease_owner), ("pending", None));
     let released = runs(&engine, id).await.into_iter().find(|r| r.step == "work").unwrap();
-    assert_eq!(released.outcome.as_deref(), Some("released"));
+    assert_eq!(released.outcome, Some(StepOutcome::Released));
     // with a 30 s lease, only the release lets another worker take it now
     let _next = spawn_worker_process(&db, "next", "30s", &[]);
     wait_state(&engine, id, "succeeded", Duration::from_secs(20)).await;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use onramp::app::intake::IntakeSetup;
 use onramp::backends::exec::{Command, Local, Transport};
 use onramp::backends::kubernetes::Kubernetes;
-use onramp::backends::notify::{Email, Notifier, NotifyArgs};
+use onramp::backends::notify::{Email, Notifier, NotifySettings};
 use onramp::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use onramp::backends::slurm::{HostPath, Slurm, SlurmCli};
-use onramp::backends::storage::{Backend, CommandStorage, StorageArgs};
+use onramp::backends::storage::{Backend, CommandStorage, StorageSettings};
 use onramp::domain::names::ClusterName;
 use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
@@ -145,17 +145,21 @@ impl Harness {
         )
         .unwrap();
         std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut sa = StorageArgs::defaults();
-        sa.storage_backend = Backend::Weka;
-        sa.weka_bin = flaky.display().to_string();
+        let sa = StorageSettings {
+            storage_backend: Backend::Weka,
+            weka_bin: flaky.display().to_string(),
+            ..Default::default()
+        };
         let storage = Arc::new(
             CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Local), &log), sa.clone()).unwrap(),
         );
 
         let smtpd = Smtpd::start().await;
-        let mut na = NotifyArgs::defaults();
-        na.smtp_url = Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
-        na.mail_from = "onramp <onramp@cluster.example>".into();
+        let na = NotifySettings {
+            smtp_url: Some(onramp::domain::secret::Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port))),
+            mail_from: "onramp <onramp@cluster.example>".into(),
+            ..Default::default()
+        };
         let email: Arc<dyn Notifier> = Arc::new(RecordingNotifier {
             inner: Arc::new(Email::from_settings(&na).unwrap().unwrap()),
             log: log.clone(),

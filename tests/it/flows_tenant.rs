@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use onramp::engine::Actor;
+use onramp::engine::{Actor, JobState};
 use onramp::flows::reconcile::USER_ONBOARD;
 use onramp::flows::tenant::{OFFBOARD_STEPS, TENANT_OFFBOARD, TENANT_ONBOARD, job};
 use serde_json::json;
@@ -54,7 +54,7 @@ async fn a_tenant_is_onboarded_and_offboarded_in_order() {
         matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)
     })
     .await;
-    assert_eq!(done.state, "succeeded", "{:?} at {}: {}", done.last_error, done.step, done.outputs);
+    assert_eq!(done.state, JobState::Succeeded, "{:?} at {}: {}", done.last_error, done.step, done.outputs);
     assert!(h.k8s.get(&cr).is_none(), "the SlurmCluster is deleted");
     assert!(h.k8s.get(&res).is_none(), "the Reservation is deleted");
     assert_eq!(h.k8s.get(&node).unwrap()["metadata"]["labels"], json!({"kind": "gpu"}));

@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use onramp::engine::{Actor, NewJob};
+use onramp::engine::{Actor, JobState, NewJob, StepOutcome};
 use onramp::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
 use serde_json::{Value, json};
 
@@ -74,7 +74,7 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     // Every attempt keeps the commands and requests it made.
     let runs = h.engine.step_runs(*id).await.unwrap();
     let calls = |step: &str| -> Vec<String> {
-        let r = runs.iter().rev().find(|r| r.step == step && r.outcome.as_deref() == Some("done")).unwrap();
+        let r = runs.iter().rev().find(|r| r.step == step && r.outcome == Some(StepOutcome::Done)).unwrap();
         let list = r.effects.as_ref().and_then(|e| e.as_array()).cloned().unwrap_or_default();
         list.iter()
             .map(|e| format!("{} {} {}", e["write"], e["system"].as_str().unwrap(), e["call"].as_str().unwrap()))
@@ -272,7 +272,7 @@ async fn offboarding_blocks_cancels_drains_keeps_archives_then_deletes() {
         matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)
     })
     .await;
-    assert_eq!(done.state, "succeeded", "{:?} at {}: {}", done.last_error, done.step, done.outputs);
+    assert_eq!(done.state, JobState::Succeeded, "{:?} at {}: {}", done.last_error, done.step, done.outputs);
     assert!(h.squeue().is_empty(), "{:?}", h.squeue());
 
     let o = &done.outputs;
@@ -320,7 +320,7 @@ async fn re_added_during_retention(via_group: bool) {
     let off = h.engine.enqueue(&[offboard_job(&h)]).await.unwrap()[0].id;
     eventually(T, "the retention timer", || async {
         let j = h.engine.job(off).await.unwrap();
-        (j.step == "retention" && j.state == "waiting").then_some(())
+        (j.step == "retention" && j.state == JobState::Waiting).then_some(())
     })
     .await;
     assert!(h.sbatch(&["--test-only"]).is_err(), "blocked while retained");
@@ -373,7 +373,7 @@ async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
         matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)
     })
     .await;
-    assert_eq!(done.state, "succeeded", "{:?} at {}: {}", done.last_error, done.step, done.outputs);
+    assert_eq!(done.state, JobState::Succeeded, "{:?} at {}: {}", done.last_error, done.step, done.outputs);
     assert_eq!(done.outputs["block"]["left_alone"], json!([other]), "{}", done.outputs);
     assert_eq!(done.outputs["disable_login"]["authentik"], "deactivated");
     // gone from this tenant; in the other one she is unblocked, her pending job is still there

@@ -37,7 +37,7 @@ async fn app(with_worker: bool) -> App {
     let stop = CancellationToken::new();
     let worker = with_worker.then(|| worker_config("api-test", Duration::from_secs(10)));
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), worker, None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::world::World::bare(e).run(Some(listener), worker, s).await.unwrap() });
     App { base, stop, engine, http: reqwest::Client::new(), _db: db }
 }
 

@@ -249,7 +249,7 @@ async fn without_a_tenant_registry_starting_work_and_tenants_answer_503() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = tokio_util::sync::CancellationToken::new();
     let (e, s) = (engine.clone(), stop.clone());
-    tokio::spawn(async move { onramp::app::serve::run(e, Some(listener), None, None, None, s).await.unwrap() });
+    tokio::spawn(async move { onramp::app::world::World::bare(e).run(Some(listener), None, s).await.unwrap() });
     let admin = token(&engine, "admin", Role::Admin, None).await;
     let http = reqwest::Client::new();
     let r = http

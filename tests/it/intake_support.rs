@@ -326,8 +326,8 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
 pub fn dry_config() -> onramp::dryrun::sim::DryConfig {
     onramp::dryrun::sim::DryConfig {
         cluster: onramp::domain::names::ClusterName::parse("production").unwrap(),
-        k8s: onramp::backends::kubernetes::K8sArgs::defaults(),
-        storage: onramp::backends::storage::StorageArgs::defaults(),
+        k8s: onramp::backends::kubernetes::K8sSettings::default(),
+        storage: onramp::backends::storage::StorageSettings::default(),
         timings: onramp::flows::Timings::default(),
         archive_dir: onramp::backends::slurm::HostPath::parse("/var/spool/slurm/archive").unwrap(),
         login_address: "login.example".into(),

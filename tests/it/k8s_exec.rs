@@ -57,9 +57,11 @@ async fn connects_through_a_kubeconfig() {
         fake.url
     );
     std::fs::write(&path, kc).unwrap();
-    let mut s = onramp::backends::kubernetes::K8sArgs::defaults();
-    s.kubeconfig = Some(path);
-    s.k8s_context = Some("test".into());
+    let s = onramp::backends::kubernetes::K8sSettings {
+        kubeconfig: Some(path),
+        k8s_context: Some("test".into()),
+        ..Default::default()
+    };
     let k8s = onramp::backends::kubernetes::K8s::connect(s).await.unwrap();
     let out = PodExec::slurmctld(&k8s).run(&Command::new("echo").arg("hi"), T).await.unwrap();
     assert_eq!(out.stdout, "hi\n");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use onramp::backends::kubernetes::{K8s, K8sArgs};
+use onramp::backends::kubernetes::{K8s, K8sSettings};
 use onramp::domain::names::TenantName;
 use serde_json::json;
 
@@ -29,9 +29,8 @@ pub async fn cluster() -> (FakeK8s, K8s) {
 }
 
 /// A client for `fake` with settings changed by `f`.
-pub fn client(fake: &FakeK8s, f: impl FnOnce(&mut K8sArgs)) -> K8s {
-    let mut s = K8sArgs::defaults();
-    s.k8s_timeout = Duration::from_millis(1500);
+pub fn client(fake: &FakeK8s, f: impl FnOnce(&mut K8sSettings)) -> K8s {
+    let mut s = K8sSettings { k8s_timeout: Duration::from_millis(1500), ..Default::default() };
     f(&mut s);
     K8s::for_url(&fake.url, s).unwrap()
 }

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use onramp::backends::notify::{Email, Message, Notifier, NotifyArgs, Onboarding, Recipient, Slack};
+use onramp::backends::notify::{Email, Message, Notifier, NotifySettings, Onboarding, Recipient, Slack};
 use onramp::domain::names::{SlurmAccount, TenantName, Username};
 use onramp::domain::secret::Secret;
 use onramp::domain::sshkey::PublicKey;
@@ -109,9 +109,11 @@ impl Smtpd {
 #[tokio::test]
 async fn email_reaches_a_real_smtp_server() {
     let mut smtpd = Smtpd::start().await;
-    let mut s = NotifyArgs::defaults();
-    s.smtp_url = Some(Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port)));
-    s.mail_from = "onramp <onramp@cluster.example>".into();
+    let s = NotifySettings {
+        smtp_url: Some(Secret::new(format!("smtp://127.0.0.1:{}", smtpd.port))),
+        mail_from: "onramp <onramp@cluster.example>".into(),
+        ..Default::default()
+    };
     let email = Email::from_settings(&s).unwrap().unwrap();
     let msg = onboarding();
     email.send(&alice(Some("alice@example.org")), &msg).await.unwrap();

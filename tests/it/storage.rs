@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use onramp::backends::exec::Local;
 use onramp::backends::storage::{
-    Backend, CommandStorage, Dir, Quota, Snapshot, SnapshotName, Storage, StorageArgs, StorageError,
+    Backend, CommandStorage, Dir, Quota, Snapshot, SnapshotName, Storage, StorageError, StorageSettings,
 };
 use onramp::domain::names::{TenantName, Username};
 use serde_json::Value;
@@ -33,12 +33,14 @@ impl FakeCli {
             .map(|v| serde_json::from_value(v).unwrap())
             .collect()
     }
-    fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageArgs)) -> CommandStorage {
-        let mut s = StorageArgs::defaults();
-        s.storage_backend = backend;
-        s.weka_bin = self.bin("weka");
-        s.lfs_bin = self.bin("lfs");
-        s.lctl_bin = self.bin("lctl");
+    fn storage(&self, backend: Backend, f: impl FnOnce(&mut StorageSettings)) -> CommandStorage {
+        let mut s = StorageSettings {
+            storage_backend: backend,
+            weka_bin: self.bin("weka"),
+            lfs_bin: self.bin("lfs"),
+            lctl_bin: self.bin("lctl"),
+            ..Default::default()
+        };
         f(&mut s);
         CommandStorage::new(Arc::new(Local), s).unwrap()
     }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::K8sArgs;
+use super::K8sSettings;
 use super::keys::{KeyState, compare};
 use crate::backends::exec::{Command, Output, Transport, TransportError};
 use crate::domain::names::{SlurmAccount, Username};
@@ -81,12 +81,12 @@ impl SmokeReport {
 #[derive(Clone)]
 pub struct LoginPod {
     transport: Arc<dyn Transport>,
-    settings: K8sArgs,
+    settings: K8sSettings,
     timeout: Duration,
 }
 
 impl LoginPod {
-    pub fn new(transport: Arc<dyn Transport>, settings: K8sArgs, timeout: Duration) -> Self {
+    pub fn new(transport: Arc<dyn Transport>, settings: K8sSettings, timeout: Duration) -> Self {
         Self { transport, settings, timeout }
     }
 
@@ -217,7 +217,7 @@ mod tests {
     use crate::dryrun::Recorder;
 
     fn pod(r: &Recorder) -> LoginPod {
-        LoginPod::new(Arc::new(r.clone()), K8sArgs::defaults(), Duration::from_secs(5))
+        LoginPod::new(Arc::new(r.clone()), K8sSettings::default(), Duration::from_secs(5))
     }
 
     #[tokio::test]

@@ -19,19 +19,19 @@ use std::time::Duration;
 
 pub use api::Kubernetes;
 pub use error::{Call, K8sError};
-pub use settings::K8sArgs;
+pub use settings::K8sSettings;
 
 /// A client for one cluster, with the settings that name things in it.
 #[derive(Clone)]
 pub struct K8s {
     client: kube::Client,
-    settings: K8sArgs,
+    settings: K8sSettings,
 }
 
 impl K8s {
     /// Connects with a kubeconfig (`--kubeconfig`), or the in-cluster service account, or the
     /// default kubeconfig, in that order.
-    pub async fn connect(settings: K8sArgs) -> Result<Self, K8sError> {
+    pub async fn connect(settings: K8sSettings) -> Result<Self, K8sError> {
         let mut config = match &settings.kubeconfig {
             Some(path) => {
                 let kc = kube::config::Kubeconfig::read_from(path)
@@ -49,7 +49,7 @@ impl K8s {
     }
 
     /// Talks to the API server at `url` without credentials (tests and `kubectl proxy`).
-    pub fn for_url(url: &str, settings: K8sArgs) -> Result<Self, K8sError> {
+    pub fn for_url(url: &str, settings: K8sSettings) -> Result<Self, K8sError> {
         let uri = url.parse().map_err(|e| K8sError::Config(format!("API server URL {url:?}: {e}")))?;
         let mut config = kube::Config::new(uri);
         Self::tune(&mut config);
@@ -62,12 +62,12 @@ impl K8s {
         config.connect_timeout = Some(Duration::from_secs(10));
     }
 
-    fn with_config(config: kube::Config, settings: K8sArgs) -> Result<Self, K8sError> {
+    fn with_config(config: kube::Config, settings: K8sSettings) -> Result<Self, K8sError> {
         let client = kube::Client::try_from(config).map_err(|e| K8sError::Config(e.to_string()))?;
         Ok(Self { client, settings })
     }
 
-    pub fn settings(&self) -> &K8sArgs {
+    pub fn settings(&self) -> &K8sSettings {
         &self.settings
     }
 

@@ -3,7 +3,7 @@
 use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
-use super::{Message, Notifier, NotifyArgs, NotifyError, NotifyFuture, Recipient};
+use super::{Message, Notifier, NotifyError, NotifyFuture, NotifySettings, Recipient};
 
 const CHANNEL: &str = "e-mail";
 
@@ -15,7 +15,7 @@ pub struct Email {
 
 impl Email {
     /// From `--smtp-url` and `--mail-from`; `None` when no SMTP server is configured.
-    pub fn from_settings(s: &NotifyArgs) -> Result<Option<Self>, NotifyError> {
+    pub fn from_settings(s: &NotifySettings) -> Result<Option<Self>, NotifyError> {
         let Some(url) = &s.smtp_url else {
             return Ok(None);
         };

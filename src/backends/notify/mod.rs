@@ -18,7 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use email::Email;
-pub use settings::NotifyArgs;
+pub use settings::NotifySettings;
 pub use slack::Slack;
 pub use templates::{Message, Offboarding, Onboarding};
 

@@ -194,7 +194,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_additions_to_one_account_are_one_command() {
         let cluster = ClusterName::parse("c").unwrap();
-        let world = World::new(&cluster, crate::backends::kubernetes::K8sArgs::defaults());
+        let world = World::new(&cluster, crate::backends::kubernetes::K8sSettings::default());
         let log = EffectLog::default();
         let cli = SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), &log), cluster);
         let account = SlurmAccount::parse("ml").unwrap();

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use settings::{Backend, RunIn, StorageArgs};
+pub use settings::{Backend, RunIn, StorageSettings};
 pub use size::{Quota, Size, SizeError};
 pub use template::Template;
 
@@ -81,12 +81,12 @@ pub trait Storage: Send + Sync {
 #[derive(Clone)]
 pub struct CommandStorage {
     transport: Arc<dyn Transport>,
-    settings: StorageArgs,
+    settings: StorageSettings,
 }
 
 impl CommandStorage {
     /// Checks the settings (templates, backend) once, up front.
-    pub fn new(transport: Arc<dyn Transport>, settings: StorageArgs) -> Result<Self, StorageError> {
+    pub fn new(transport: Arc<dyn Transport>, settings: StorageSettings) -> Result<Self, StorageError> {
         for t in [&settings.storage_quota_command, &settings.storage_snapshot_command].into_iter().flatten() {
             Template::parse(t).map_err(StorageError::Unsupported)?;
         }
@@ -195,10 +195,12 @@ mod tests {
     use crate::dryrun::Recorder;
 
     fn storage(backend: Backend, r: &Recorder) -> CommandStorage {
-        let mut s = StorageArgs::defaults();
-        s.storage_backend = backend;
-        s.storage_quota_command = Some("setq --who={user}{tenant} {path} {hard_bytes}".into());
-        s.storage_snapshot_command = Some("snap {fs} {name}".into());
+        let s = StorageSettings {
+            storage_backend: backend,
+            storage_quota_command: Some("setq --who={user}{tenant} {path} {hard_bytes}".into()),
+            storage_snapshot_command: Some("snap {fs} {name}".into()),
+            ..Default::default()
+        };
         CommandStorage::new(Arc::new(r.clone()), s).unwrap()
     }
 

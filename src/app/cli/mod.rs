@@ -1,0 +1,192 @@
+//! The command line: subcommands, their settings (each with an environment variable and a
+//! default), and one-line errors. Nothing below `app` sees these types: each group converts into
+//! the plain settings of the part it configures.
+
+mod args;
+mod backends;
+mod settings;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use args::{
+    DevArgs, DoctorArgs, JobsAction, JobsArgs, PlanArgs, ReconcileArgs, ServeArgs, ServeRole, TenantAction, TenantArgs,
+    TokenAction, TokenArgs,
+};
+pub use backends::{BackendArgs, FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
+pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "onramp",
+    version,
+    about = "Onboards and offboards users and tenants of a multi-tenant Slurm GPU cluster, driven by Authentik.",
+    after_help = "Every setting can also come from its environment variable, or from a settings file of NAME=value lines (--config); the environment wins over the file."
+)]
+pub struct Cli {
+    /// Settings file of NAME=value lines, using the environment variable names shown here.
+    #[arg(long, env = "ONRAMP_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log filter, e.g. info or onramp=debug,sqlx=warn.
+    #[arg(long, env = "ONRAMP_LOG", default_value = "info", global = true)]
+    pub log: String,
+    /// Log format.
+    #[arg(long, env = "ONRAMP_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the database migrations and exit.
+    Migrate(DbArgs),
+    /// Run the service: HTTP API, workers, or both.
+    Serve(Box<ServeArgs>),
+    /// Try onramp on this machine: a private PostgreSQL, the service, and sample jobs.
+    Dev(DevArgs),
+    /// Look at and act on jobs from the command line.
+    Jobs(JobsArgs),
+    /// Create, list and revoke API tokens.
+    Token(TokenArgs),
+    /// Reconcile Authentik against the cluster now: enqueue a reconcile job (all tenants, one
+    /// tenant or one user) for the workers of `onramp serve`.
+    Reconcile(ReconcileArgs),
+    /// Onboard or offboard a whole tenant of the registry: enqueue the job for the workers.
+    Tenant(TenantArgs),
+    /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
+    /// must-have is missing.
+    Doctor(DoctorArgs),
+    /// Print every command and API request a flow would make, in order, with its waits, without
+    /// doing anything (the flow's own steps, run against a simulation).
+    Plan(Box<PlanArgs>),
+}
+
+/// Parses the command line after loading the settings file into the environment.
+/// On a mistake, prints one line naming the setting and exits with status 2.
+pub fn parse() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Err(e) = load_settings_file(&args) {
+        eprintln!("onramp: {e}");
+        std::process::exit(2);
+    }
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("onramp: {}", one_line(&e));
+            std::process::exit(2);
+        }
+    }
+}
+
+fn load_settings_file(args: &[OsString]) -> Result<(), String> {
+    let from_args = args.iter().enumerate().find_map(|(i, a)| {
+        let a = a.to_str()?;
+        if a == "--config" {
+            args.get(i + 1).map(PathBuf::from)
+        } else {
+            a.strip_prefix("--config=").map(PathBuf::from)
+        }
+    });
+    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)) else {
+        return Ok(());
+    };
+    for (k, v) in super::settings_file::read_settings_file(&path)? {
+        if std::env::var_os(&k).is_none() {
+            // SAFETY: called from `main` before the runtime or any other thread starts.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
+    Ok(())
+}
+
+/// clap's message without the usage block, plus the environment variable of the setting.
+fn one_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<String> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => vec![],
+    };
+    let with_env = |arg: &str| {
+        let long = arg.split_whitespace().next().unwrap_or("").trim_start_matches("--");
+        match find_env(&<Cli as clap::CommandFactory>::command(), long) {
+            Some(env) => format!("{arg} (environment: {env})"),
+            None => arg.to_string(),
+        }
+    };
+    if e.kind() == ErrorKind::MissingRequiredArgument && !args.is_empty() {
+        let names: Vec<String> = args.iter().map(|a| with_env(a)).collect();
+        return format!("missing setting: {}", names.join(", "));
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("invalid command line").trim_start_matches("error: ");
+    match args.first() {
+        Some(arg) => {
+            let named = with_env(arg);
+            if named.len() > arg.len() { format!("{first}{}", &named[arg.len()..]) } else { first.to_string() }
+        }
+        None => first.to_string(),
+    }
+}
+
+fn find_env(cmd: &clap::Command, long: &str) -> Option<String> {
+    cmd.get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_env(s, long)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn malformed_setting_is_one_line_naming_it() {
+        let e =
+            Cli::try_parse_from(["onramp", "serve", "--database-url", "postgres://x", "--lease", "ten"]).unwrap_err();
+        let line = one_line(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("--lease") && line.contains("ONRAMP_LEASE"), "{line}");
+    }
+
+    #[test]
+    fn backend_settings_are_serve_flags() {
+        let cli = Cli::try_parse_from([
+            "onramp",
+            "serve",
+            "--database-url",
+            "postgres://x",
+            "--storage-backend",
+            "lustre",
+            "--slurmctld-deployment",
+            "ctld",
+            "--smtp-url",
+            "smtp://127.0.0.1:25",
+        ])
+        .unwrap();
+        let Command::Serve(a) = cli.command else { panic!("not serve") };
+        assert_eq!(a.backends.k8s.slurmctld_deployment, "ctld");
+        assert_eq!(a.backends.storage.storage_backend, crate::backends::storage::Backend::Lustre);
+        assert!(a.backends.notify.smtp_url.is_some() && a.backends.notify.slack_webhook_url.is_none());
+        let help = Cli::command().find_subcommand_mut("serve").unwrap().render_long_help().to_string();
+        for s in ["ONRAMP_KUBECONFIG", "ONRAMP_WEKA_BIN", "ONRAMP_SMTP_URL", "[default: slurm-control]"] {
+            assert!(help.contains(s), "serve --help lacks {s}");
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The process's own settings as flags: database, HTTP, workers, the Authentik intake, Slurm.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::domain::{duration::parse_duration, secret::Secret};
+
+#[derive(Clone, Debug, Args)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Secret,
+    /// Most database connections this process opens.
+    #[arg(long, env = "ONRAMP_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: u32,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct HttpArgs {
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "ONRAMP_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Bearer token for the /v1 API. Without it the API answers 503.
+    #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub api_token: Option<Secret>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct WorkerArgs {
+    /// Worker identity in leases and the audit trail [default: <hostname>-<pid>].
+    #[arg(long, env = "ONRAMP_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Steps one process runs at once.
+    #[arg(long, env = "ONRAMP_WORKER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_concurrency: u16,
+    /// Lease of a claimed step; renewed every third of it. A dead worker's steps run again after it.
+    #[arg(long, env = "ONRAMP_LEASE", default_value = "10s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// How often idle workers look for due work when no notification arrives.
+    #[arg(long, env = "ONRAMP_POLL_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// At SIGTERM, how long running steps may take to finish before their leases are released.
+    #[arg(long, env = "ONRAMP_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+/// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
+/// the tenant registry, the Authentik URL and its token are all set.
+#[derive(Clone, Debug, Args)]
+pub struct IntakeArgs {
+    /// Tenant registry (YAML) mapping Authentik groups to tenants and Slurm accounts.
+    #[arg(long, env = "ONRAMP_TENANTS", value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
+    /// Authentik's base URL, e.g. https://auth.example.org.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_URL", value_name = "URL")]
+    pub authentik_url: Option<String>,
+    /// Authentik API token (prefer the file).
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub authentik_token: Option<Secret>,
+    /// File holding the Authentik API token.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TOKEN_FILE", value_name = "FILE", conflicts_with = "authentik_token")]
+    pub authentik_token_file: Option<PathBuf>,
+    /// Timeout of one Authentik API request.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub authentik_timeout: Duration,
+    /// Attempts of an Authentik API request on 5xx, 429 or a transport error.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_ATTEMPTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authentik_attempts: u32,
+    /// Standard Webhooks signing secrets (whsec_…), comma-separated; several during a rotation.
+    #[arg(long, env = "ONRAMP_WEBHOOK_SECRETS", hide_env_values = true, value_delimiter = ',', value_name = "WHSEC")]
+    pub webhook_secrets: Vec<Secret>,
+    /// Bearer tokens accepted on the webhook, comma-separated. With secrets too, both are required.
+    #[arg(long, env = "ONRAMP_WEBHOOK_TOKENS", hide_env_values = true, value_delimiter = ',', value_name = "TOKEN")]
+    pub webhook_tokens: Vec<Secret>,
+    /// Largest accepted distance between webhook-timestamp and now.
+    #[arg(long, env = "ONRAMP_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
+    pub webhook_tolerance: Duration,
+    /// Largest accepted webhook body, in bytes.
+    #[arg(long, env = "ONRAMP_WEBHOOK_MAX_BODY", default_value_t = 1_048_576)]
+    pub webhook_max_body: usize,
+    /// Reconcile jobs from a webhook run this long after it (Authentik logs some events before
+    /// the change is visible; bursts collapse into one job).
+    #[arg(long, env = "ONRAMP_WEBHOOK_SETTLE", default_value = "2s", value_parser = parse_duration)]
+    pub webhook_settle: Duration,
+    /// Tasks writing webhook deliveries; each writes everything queued in one transaction.
+    #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub webhook_writers: u16,
+    /// Most deliveries written in one transaction.
+    #[arg(long, env = "ONRAMP_WEBHOOK_BATCH", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..))]
+    pub webhook_batch: u16,
+    /// How often the full reconcile runs (also once at start); 0s turns the periodic run off.
+    #[arg(long, env = "ONRAMP_RECONCILE_INTERVAL", default_value = "15m", value_parser = parse_duration)]
+    pub reconcile_interval: Duration,
+    /// Safety brake: a pass may offboard at most this many users of a tenant …
+    #[arg(long, env = "ONRAMP_BRAKE_MIN_USERS", default_value_t = 5)]
+    pub brake_min_users: usize,
+    /// … or at most this share (percent) of its users; beyond both it waits for approval.
+    #[arg(long, env = "ONRAMP_BRAKE_MAX_PERCENT", default_value_t = 10)]
+    pub brake_max_percent: u32,
+    /// Timeout of one sacctmgr call (the cluster's associations, one bulk read per pass).
+    #[arg(long, env = "ONRAMP_SACCTMGR_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub sacctmgr_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct SlurmArgs {
+    /// The Slurm cluster onramp manages (ClusterName in slurm.conf).
+    #[arg(long, env = "ONRAMP_SLURM_CLUSTER", default_value = "production")]
+    pub slurm_cluster: String,
+    /// How long one Slurm command may take.
+    #[arg(long, env = "ONRAMP_SLURM_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub slurm_timeout: Duration,
+    /// How long the first of several concurrent association creations for one account waits
+    /// for the others, to add them all in one `sacctmgr add user a,b,c`.
+    #[arg(long, env = "ONRAMP_SLURM_BATCH_WINDOW", default_value = "250ms", value_parser = parse_duration)]
+    pub slurm_batch_window: Duration,
+}

@@ -1,0 +1,127 @@
+//! The settings of `onramp serve`, plain and validated once: the command line's groups converted
+//! into each part's own settings type, names parsed, the intake checked as a whole. A mistake is
+//! reported here, naming its setting, before anything connects.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::app::cli::{BackendArgs, ServeArgs, ServeRole, WorkerArgs};
+use crate::app::intake::IntakeSetup;
+use crate::backends::kubernetes::K8sSettings;
+use crate::backends::notify::NotifySettings;
+use crate::backends::slurm::HostPath;
+use crate::backends::storage::StorageSettings;
+use crate::domain::names::ClusterName;
+use crate::domain::secret::Secret;
+use crate::dryrun::sim::DryConfig;
+use crate::engine::WorkerConfig;
+use crate::flows::settings::FlowSettings;
+
+/// Where Slurm is and how long its commands may take.
+#[derive(Clone, Debug)]
+pub struct SlurmSettings {
+    pub cluster: ClusterName,
+    pub timeout: Duration,
+    /// See `ONRAMP_SLURM_BATCH_WINDOW`.
+    pub batch_window: Duration,
+}
+
+/// The backends' settings, shared by `serve` and plans.
+#[derive(Clone, Debug)]
+pub struct BackendSettings {
+    pub slurm: SlurmSettings,
+    pub k8s: K8sSettings,
+    pub storage: StorageSettings,
+    pub notify: NotifySettings,
+    pub flows: FlowSettings,
+    /// Where `sacctmgr archive dump` writes, checked.
+    pub archive_dir: HostPath,
+}
+
+pub struct Settings {
+    pub role: ServeRole,
+    pub database_url: Secret,
+    pub pool_size: u32,
+    pub migrate: bool,
+    pub listen: std::net::SocketAddr,
+    pub worker: WorkerConfig,
+    /// `None`: the Authentik intake is not configured (no webhook, no reconcile, no user flows).
+    pub intake: Option<IntakeSetup>,
+    pub backends: BackendSettings,
+}
+
+impl Settings {
+    pub fn from_args(a: ServeArgs) -> anyhow::Result<Self> {
+        let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
+        Ok(Self {
+            role: a.role,
+            database_url: a.db.database_url,
+            pool_size: a.db.db_pool_size,
+            migrate: a.migrate,
+            listen: a.http.listen,
+            worker: worker_config(&a.worker),
+            intake,
+            backends: BackendSettings::from_args(a.backends)?,
+        })
+    }
+
+    pub fn runs_http(&self) -> bool {
+        self.role != ServeRole::Worker
+    }
+
+    pub fn runs_worker(&self) -> bool {
+        self.role != ServeRole::Api
+    }
+}
+
+impl BackendSettings {
+    pub fn from_args(a: BackendArgs) -> anyhow::Result<Self> {
+        let (slurm, flows) = (&a.slurm, FlowSettings::from(a.flows));
+        Ok(Self {
+            slurm: SlurmSettings {
+                cluster: ClusterName::parse(&slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?,
+                timeout: slurm.slurm_timeout,
+                batch_window: slurm.slurm_batch_window,
+            },
+            archive_dir: HostPath::parse(&flows.archive_dir).context("ONRAMP_ARCHIVE_DIR")?,
+            k8s: a.k8s.into(),
+            storage: a.storage.into(),
+            notify: a.notify.into(),
+            flows,
+        })
+    }
+
+    /// What the simulated backends of a plan are built from: these same settings.
+    pub fn dry(&self) -> DryConfig {
+        DryConfig {
+            cluster: self.slurm.cluster.clone(),
+            k8s: self.k8s.clone(),
+            storage: self.storage.clone(),
+            timings: self.flows.timings(),
+            archive_dir: self.archive_dir.clone(),
+            login_address: self.notify.login_address.clone(),
+            notify: self.notify.smtp_url.is_some() || self.notify.slack_webhook_url.is_some(),
+            batch_window: self.slurm.batch_window,
+        }
+    }
+}
+
+pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
+    WorkerConfig {
+        id: w.worker_id.clone().unwrap_or_else(default_worker_id),
+        concurrency: usize::from(w.worker_concurrency),
+        lease: w.lease,
+        poll_interval: w.poll_interval,
+        shutdown_grace: w.shutdown_grace,
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "onramp".into());
+    format!("{host}-{}", std::process::id())
+}

@@ -1,0 +1,173 @@
+//! The composition root: the one place the world is built, in order — backends (real, recorded,
+//! or simulated) → the registry of flows this process can run → the engine → the HTTP routers
+//! and the worker. `serve`, `dev`, the CLI's job commands and the tests all build through here.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::intake::{IntakeSetup, periodic_reconcile};
+use crate::app::settings::BackendSettings;
+use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
+use crate::backends::{kubernetes, notify, slurm, storage};
+use crate::dryrun::plan::Planner;
+use crate::dryrun::sim::DryConfig;
+use crate::effects::EffectLog;
+use crate::engine::{Engine, Registry, WorkerConfig, WorkerStats};
+use crate::{flows, http};
+
+/// What a world is made of, chosen by the settings.
+#[derive(Default)]
+pub struct Parts {
+    /// The user and tenant flows' backends; `None`: this process does not run those flows.
+    pub flows: Option<Arc<flows::Backends>>,
+    /// The Authentik intake (webhook, reconcile); `None`: not configured.
+    pub intake: Option<IntakeSetup>,
+    /// Plans of flows on the simulated cluster with this process's settings.
+    pub plans: Option<DryConfig>,
+}
+
+/// A built world: the engine with its flows, and what the HTTP side and the worker need.
+pub struct World {
+    pub engine: Engine,
+    intake: Option<IntakeSetup>,
+    plans: Option<DryConfig>,
+}
+
+impl World {
+    /// The registry from what this process can run, then the engine over `pool`.
+    pub fn build(pool: PgPool, parts: Parts) -> Self {
+        let engine = Engine::new(pool, registry(&parts));
+        if let Some(b) = &parts.flows {
+            b.attach(&engine);
+        }
+        Self { engine, intake: parts.intake, plans: parts.plans }
+    }
+
+    /// A world of the engine alone (its own flows), for the CLI's job commands and tests.
+    pub fn bare(engine: Engine) -> Self {
+        Self { engine, intake: None, plans: None }
+    }
+
+    /// Runs the HTTP server (when given a listener) and a worker (when given a config) until
+    /// `shutdown` is cancelled; then both drain.
+    pub async fn run(
+        self,
+        listener: Option<TcpListener>,
+        worker: Option<WorkerConfig>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let Self { engine, intake, plans } = self;
+        let stats = Arc::new(WorkerStats::default());
+        let started = intake.as_ref().map(|s| s.start(&engine));
+        if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
+            tokio::spawn(periodic_reconcile(engine.clone(), s.reconcile_interval, shutdown.clone()));
+        }
+        let http = listener.map(|l| {
+            let mut state = http::AppState::new(engine.clone(), stats.clone());
+            state.intake = started;
+            state.tenants = intake.as_ref().map(|s| s.tenants.clone());
+            state.plans = match (plans, &intake) {
+                (Some(cfg), Some(s)) => {
+                    Some(Arc::new(Planner { cfg, authentik: Some(s.reconciler.authentik.clone()) }))
+                }
+                _ => None,
+            };
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(%addr, "HTTP listening");
+            }
+            tokio::spawn(http::serve(l, state, shutdown.clone()))
+        });
+        let worker = worker.map(|cfg| {
+            let (engine, stats, shutdown) = (engine.clone(), stats.clone(), shutdown.clone());
+            tokio::spawn(async move { engine.run_worker(cfg, stats, shutdown).await })
+        });
+        if let Some(h) = http {
+            h.await?.context("HTTP server")?;
+        }
+        if let Some(w) = worker {
+            w.await?.context("worker")?;
+        }
+        Ok(())
+    }
+}
+
+/// The flows this process runs (or, for kinds it only enqueues, declares).
+fn registry(parts: &Parts) -> Registry {
+    let mut registry = flows::registry();
+    if let Some(b) = &parts.flows {
+        registry = flows::with_backends(registry, b.clone());
+    } else if parts.intake.is_some() {
+        // The API only enqueues these kinds; workers run them. Register them so enqueues are accepted.
+        registry = flows::with_kinds_only(registry);
+    }
+    match &parts.intake {
+        Some(s) => s.registry(registry),
+        None => registry,
+    }
+}
+
+/// The real backends the user and tenant flows act on: Kubernetes (and through it the slurmctld
+/// and login pods), Slurm, storage, notifications, Authentik. Every command and request a step
+/// makes is kept with its attempt (the dashboard shows them).
+pub async fn real_backends(
+    s: &BackendSettings,
+    intake: &IntakeSetup,
+    pool: &PgPool,
+) -> anyhow::Result<Arc<flows::Backends>> {
+    let log = EffectLog::attempts_only();
+    let k8s = kubernetes::K8s::connect(s.k8s.clone()).await.context("Kubernetes (ONRAMP_KUBECONFIG)")?;
+    let kube: Arc<dyn kubernetes::Kubernetes> =
+        Arc::new(RecordingK8s { inner: Arc::new(k8s.clone()), settings: s.k8s.clone(), log: log.clone() });
+    // replicas write to slurmdbd one at a time (22.05 loses concurrent writes)
+    let slurm = slurm::SlurmCli::new(kube.slurmctld(), s.slurm.cluster.clone())
+        .with_timeout(s.slurm.timeout)
+        .with_write_gate(Arc::new(slurm::PgWriteGate::new(pool)));
+    let transport = s.storage.storage_run_in.transport(Some(&k8s)).map_err(anyhow::Error::msg)?;
+    let transport = RecordingTransport::wrap("storage", transport, &log);
+    let storage = storage::CommandStorage::new(transport, s.storage.clone()).context("storage settings")?;
+    let notifier: Option<Arc<dyn notify::Notifier>> =
+        match notify::Email::from_settings(&s.notify).context("ONRAMP_SMTP_URL")? {
+            Some(e) => Some(Arc::new(e)),
+            None => match &s.notify.slack_webhook_url {
+                Some(url) => {
+                    Some(Arc::new(notify::Slack::new(url.clone(), s.notify.notify_timeout).context("Slack webhook")?))
+                }
+                None => None,
+            },
+        };
+    let notifier = notifier.map(|n| Arc::new(RecordingNotifier { inner: n, log: log.clone() }) as _);
+    let slurm = slurm::Batching::new(Arc::new(slurm), s.slurm.batch_window);
+    let authentik = Arc::new(RecordingAuthentik { inner: intake.reconciler.authentik.clone(), log });
+    Ok(flows::Backends::new(
+        Arc::new(slurm),
+        kube,
+        s.k8s.clone(),
+        Arc::new(storage),
+        notifier,
+        authentik,
+        intake.tenants.clone(),
+        s.flows.timings(),
+        s.archive_dir.clone(),
+        s.notify.login_address.clone(),
+    ))
+}
+
+/// A token cancelled at SIGTERM or Ctrl-C.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+        }
+        tracing::info!("shutting down: no new work is claimed; running steps may finish");
+        t.cancel();
+    });
+    token
+}
