@@ -21,7 +21,7 @@ use crate::domain::tenants::TenantRegistry;
 use crate::dryrun::sim::{self, DryConfig, SimAuthentik, World};
 use crate::effects::EffectLog;
 use crate::engine::{Actor, Engine, NewJob};
-use crate::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use crate::flows::reconcile::{Brake, Reconciler};
 use crate::flows::{self, selftest};
 use crate::intake::{SigningSecret, WebhookAuth};
 
@@ -82,7 +82,7 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, I
         batch_window: std::time::Duration::from_millis(500),
     };
     let world = World::new(&cluster, cfg.k8s.clone());
-    let seed = SlurmCli::new(world.slurm_host(), cluster);
+    let seed = SlurmCli::new(world.slurm_host(), cluster.clone());
     seed.ensure_tenant(&flows::specs::tenant_spec(demo).map_err(anyhow::Error::msg)?).await?;
     let dave = [crate::domain::names::Username::parse("dave").expect("a name")];
     let limits = flows::specs::user_limits(demo).map_err(anyhow::Error::msg)?;
@@ -97,10 +97,10 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<(Arc<flows::Backends>, I
     let reconciler = Reconciler::new(
         Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
         tenants.clone(),
-        Arc::new(SacctmgrAssociations {
-            transport: RecordingTransport::wrap("slurm", world.slurm_host(), log),
-            timeout: std::time::Duration::from_secs(10),
-        }),
+        Arc::new(
+            SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cluster)
+                .with_timeout(std::time::Duration::from_secs(10)),
+        ),
         Brake::default(),
     );
     let setup = IntakeSetup {
@@ -162,7 +162,6 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
     let (backends, setup, cfg) = dry_cluster(&log).await?;
     let registry = setup.registry(flows::with_backends(flows::registry(), backends.clone()));
     let engine = Engine::new(pool, registry);
-    backends.attach(&engine);
     let samples = enqueue_samples(&engine).await?;
     let listener = TcpListener::bind(args.listen)
         .await

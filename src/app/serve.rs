@@ -16,7 +16,9 @@ use crate::{flows, http};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // settings first: a mistake there is reported before anything connects
-    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker)?;
+    let cluster =
+        crate::domain::names::ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
+    let setup = IntakeSetup::from_args(&args.intake, args.role != Role::Worker, &cluster)?;
     let pool = db::connect(&args.db.database_url, args.db.db_pool_size).await?;
     if args.migrate {
         db::migrate(&pool).await?;
@@ -40,17 +42,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(b) = &backends {
         registry = flows::with_backends(registry, b.clone());
     } else if setup.is_some() {
-        // The API only enqueues these kinds; workers run them. Register them so enqueues are accepted.
-        registry = flows::with_kinds_only(registry);
+        // The API only enqueues these kinds; workers run them. Declare them so enqueues are accepted.
+        registry = flows::declare_all(registry);
     }
     let registry = match &setup {
         Some(s) => s.registry(registry),
         None => registry,
     };
     let engine = Engine::new(pool, registry);
-    if let Some(b) = &backends {
-        b.attach(&engine);
-    }
     let listener = match args.role {
         Role::Worker => None,
         _ => Some(
