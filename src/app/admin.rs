@@ -75,11 +75,12 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
 
 /// `onramp reconcile`: enqueue a reconcile job for the workers; with --wait, print its decision.
 pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
-    let setup = IntakeSetup::from_args(&args.intake, false)?.ok_or_else(|| {
+    let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
+    let setup = IntakeSetup::from_args(&args.intake, false, &cluster)?.ok_or_else(|| {
         anyhow::anyhow!("reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)")
     })?;
     let pool = db::connect(&args.db.database_url, 2).await?;
-    let engine = Engine::new(pool, setup.registry(flows::registry()));
+    let engine = Engine::new(pool, flows::declare_all(flows::registry()));
     let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
     let cause = format!("onramp reconcile by {actor}");
     let job = match (&args.tenant, args.user) {
@@ -107,6 +108,24 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
+    Ok(())
+}
+
+/// `onramp tenant onboard|offboard T`: checks the tenant against the registry and enqueues its job.
+pub async fn tenant(args: crate::app::cli::TenantArgs) -> anyhow::Result<()> {
+    use crate::app::cli::TenantAction;
+    use crate::flows::tenant::{Input, TENANT_OFFBOARD, TENANT_ONBOARD};
+    let registry = crate::domain::tenants::TenantRegistry::load(&args.tenants)?;
+    let (kind, tenant, hard_cutoff) = match &args.action {
+        TenantAction::Onboard { tenant } => (TENANT_ONBOARD, tenant, false),
+        TenantAction::Offboard { tenant, hard_cutoff } => (TENANT_OFFBOARD, tenant, *hard_cutoff),
+    };
+    anyhow::ensure!(registry.tenant(tenant).is_some(), "tenant {tenant:?} is not in the tenant registry");
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    let engine = Engine::new(pool, flows::declare_all(flows::registry()));
+    let j = Input { tenant: tenant.clone(), hard_cutoff }.job(kind, cli_actor());
+    let e = engine.enqueue(&[j]).await?[0];
+    println!("{} {kind} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
     Ok(())
 }
 
@@ -140,8 +159,9 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
     use crate::domain::names::{SlurmAccount, TenantName, Username};
     use crate::dryrun::plan;
     let a = &args.intake;
+    let backends = crate::app::settings::BackendSettings::from_args(args.backends.clone())?;
     let (tenants, authentik) = if a.authentik_url.is_some() {
-        let setup = crate::app::intake::IntakeSetup::from_args(a, false)?
+        let setup = crate::app::intake::IntakeSetup::from_args(a, false, &backends.slurm.cluster)?
             .ok_or_else(|| anyhow::anyhow!("the plan needs the tenant registry (ONRAMP_TENANTS)"))?;
         (setup.tenants.clone(), Some(setup.reconciler.authentik.clone()))
     } else {
@@ -160,8 +180,7 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--account: {e}"))?,
         hard_cutoff: args.hard_cutoff,
     };
-    let cfg = crate::app::settings::BackendSettings::from_args(args.backends.clone())?.dry();
-    let p = plan::plan(&req, &cfg, tenants, authentik).await?;
+    let p = plan::plan(&req, &backends.dry(), tenants, authentik).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {

@@ -23,7 +23,7 @@ use crate::domain::tenants::TenantRegistry;
 use crate::dryrun::sim::{self, DryConfig, SimAuthentik};
 use crate::effects::EffectLog;
 use crate::engine::{Actor, Engine, NewJob};
-use crate::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use crate::flows::reconcile::{Brake, Reconciler};
 use crate::flows::{self, selftest};
 use crate::intake::{SigningSecret, WebhookAuth};
 
@@ -84,7 +84,7 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<Parts> {
         batch_window: std::time::Duration::from_millis(500),
     };
     let world = sim::World::new(&cluster, cfg.k8s.clone());
-    let seed = SlurmCli::new(world.slurm_host(), cluster);
+    let seed = SlurmCli::new(world.slurm_host(), cluster.clone());
     seed.ensure_tenant(&flows::specs::tenant_spec(demo).map_err(anyhow::Error::msg)?).await?;
     let dave = [crate::domain::names::Username::parse("dave").expect("a name")];
     let limits = flows::specs::user_limits(demo).map_err(anyhow::Error::msg)?;
@@ -99,10 +99,10 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<Parts> {
     let reconciler = Reconciler::new(
         Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
         tenants.clone(),
-        Arc::new(SacctmgrAssociations {
-            transport: RecordingTransport::wrap("slurm", world.slurm_host(), log),
-            timeout: std::time::Duration::from_secs(10),
-        }),
+        Arc::new(
+            SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cluster)
+                .with_timeout(std::time::Duration::from_secs(10)),
+        ),
         Brake::default(),
     );
     let setup = IntakeSetup {

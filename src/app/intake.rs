@@ -10,10 +10,12 @@ use tokio_util::sync::CancellationToken;
 use crate::app::cli::IntakeArgs;
 use crate::backends::authentik::{AuthentikClient, AuthentikConfig};
 use crate::backends::exec::Local;
+use crate::backends::slurm::{Slurm, SlurmCli};
+use crate::domain::names::ClusterName;
 use crate::domain::secret::Secret;
 use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Actor, Engine, Registry};
-use crate::flows::reconcile::{AssociationSource, Brake, Reconciler, SacctmgrAssociations, full_job};
+use crate::flows::reconcile::{Brake, Reconciler, full_job};
 use crate::intake::{DeliveryWriter, Intake, IntakeStats, SigningSecret, WebhookAuth};
 
 pub struct IntakeSetup {
@@ -30,7 +32,8 @@ pub struct IntakeSetup {
 impl IntakeSetup {
     /// None when intake is not configured at all; an error naming the setting when it is half
     /// configured or a value is wrong. `webhook`: the webhook's authentication is required too.
-    pub fn from_args(a: &IntakeArgs, webhook: bool) -> anyhow::Result<Option<Self>> {
+    /// Reconcile reads the associations of `cluster` with `sacctmgr` run here.
+    pub fn from_args(a: &IntakeArgs, webhook: bool, cluster: &ClusterName) -> anyhow::Result<Option<Self>> {
         let token = match (&a.authentik_token, &a.authentik_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => {
@@ -70,8 +73,8 @@ impl IntakeSetup {
             page_size: 100,
         })
         .map_err(anyhow::Error::msg)?;
-        let cluster: Arc<dyn AssociationSource> =
-            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: a.sacctmgr_timeout });
+        let slurm: Arc<dyn Slurm> =
+            Arc::new(SlurmCli::new(Arc::new(Local), cluster.clone()).with_timeout(a.sacctmgr_timeout));
         let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
         // parsed here rather than by clap, whose error would print the value
         let mut signing_secrets = vec![];
@@ -84,7 +87,7 @@ impl IntakeSetup {
         if webhook && !auth.is_configured() {
             bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
         }
-        Ok(Some(Self::new(Reconciler::new(Arc::new(client), registry.clone(), cluster, brake), auth, a)))
+        Ok(Some(Self::new(Reconciler::new(Arc::new(client), registry.clone(), slurm, brake), auth, a)))
     }
 
     pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {
@@ -105,9 +108,8 @@ impl IntakeSetup {
         crate::flows::with_reconcile(base, self.reconciler.clone())
     }
 
-    /// Attaches the reconciler to the engine and starts the webhook's writer tasks.
+    /// Starts the webhook's writer tasks.
     pub fn start(&self, engine: &Engine) -> Arc<Intake> {
-        self.reconciler.attach(engine);
         Arc::new(Intake {
             auth: self.auth.clone(),
             writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch),

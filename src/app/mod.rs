@@ -47,8 +47,8 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Dev(a) => dev::dev(a).await,
             Command::Jobs(a) => admin::jobs(a).await,
             Command::Token(a) => admin::tokens(a).await,
-            Command::Reconcile(a) => admin::reconcile(a).await,
-            Command::Tenant(a) => crate::flows::tenant::enqueue_cli(a).await,
+            Command::Reconcile(a) => admin::reconcile(*a).await,
+            Command::Tenant(a) => crate::app::admin::tenant(a).await,
             Command::Doctor(a) => return admin::doctor(a).await,
             Command::Plan(a) => admin::plan(*a).await,
         };

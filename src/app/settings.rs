@@ -53,7 +53,8 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(a: ServeArgs) -> anyhow::Result<Self> {
-        let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
+        let backends = BackendSettings::from_args(a.backends)?;
+        let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker, &backends.slurm.cluster)?;
         Ok(Self {
             role: a.role,
             database_url: a.db.database_url,
@@ -62,7 +63,7 @@ impl Settings {
             listen: a.http.listen,
             worker: worker_config(&a.worker),
             intake,
-            backends: BackendSettings::from_args(a.backends)?,
+            backends,
         })
     }
 

@@ -41,9 +41,6 @@ impl World {
     /// The registry from what this process can run, then the engine over `pool`.
     pub fn build(pool: PgPool, parts: Parts) -> Self {
         let engine = Engine::new(pool, registry(&parts));
-        if let Some(b) = &parts.flows {
-            b.attach(&engine);
-        }
         Self { engine, intake: parts.intake, plans: parts.plans }
     }
 
@@ -101,8 +98,8 @@ fn registry(parts: &Parts) -> Registry {
     if let Some(b) = &parts.flows {
         registry = flows::with_backends(registry, b.clone());
     } else if parts.intake.is_some() {
-        // The API only enqueues these kinds; workers run them. Register them so enqueues are accepted.
-        registry = flows::with_kinds_only(registry);
+        // The API only enqueues these kinds; workers run them. Declared, they are accepted.
+        registry = flows::declare_all(registry);
     }
     match &parts.intake {
         Some(s) => s.registry(registry),

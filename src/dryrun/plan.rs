@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::sim::{self, DryConfig, SimAuthentik, World};
 use crate::backends::authentik::Authentik;
@@ -14,7 +14,8 @@ use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::TenantRegistry;
 use crate::effects::{Effect, EffectLog};
 use crate::engine::{Flow, Registry, Transition, simulate::simulate};
-use crate::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use crate::flows::user_offboard::{self, USER_OFFBOARD};
+use crate::flows::user_onboard::{self, USER_ONBOARD};
 use crate::flows::{specs, tenant};
 
 /// The flows a plan can be made of.
@@ -85,6 +86,10 @@ fn then(t: &Transition) -> String {
         Transition::Retry(why) => format!("retry: {why}"),
         Transition::Fail(why) => format!("fail: {why}"),
     }
+}
+
+fn to_value<T: Serialize>(input: &T) -> Value {
+    serde_json::to_value(input).expect("a job input is plain data and serializes")
 }
 
 /// Makes the plan.
@@ -203,9 +208,19 @@ pub async fn plan(
     let backends = sim::backends(cfg, &world, ak, tenants.clone(), &log).map_err(PlanError)?;
     let registry = crate::flows::with_backends(Registry::new(), backends);
     let flow = registry.get(&req.flow).expect("every planned flow is registered").clone();
+    let (tenant, account) = (t.name.to_string(), account.to_string());
     let input = match &req.user {
-        Some(u) => json!({ "tenant": t.name, "account": account, "username": u, "hard_cutoff": req.hard_cutoff }),
-        None => json!({ "tenant": t.name, "hard_cutoff": req.hard_cutoff }),
+        Some(u) if req.flow == USER_ONBOARD => {
+            to_value(&user_onboard::Input { tenant, account, username: u.to_string(), ..Default::default() })
+        }
+        Some(u) => to_value(&user_offboard::Input {
+            tenant,
+            account,
+            username: u.to_string(),
+            hard_cutoff: req.hard_cutoff,
+            ..Default::default()
+        }),
+        None => to_value(&tenant::Input { tenant, hard_cutoff: req.hard_cutoff }),
     };
     let subject = match &req.user {
         Some(u) => format!("{}/{u}", t.name),

@@ -6,12 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::RetryPolicy;
+use super::{Actor, Engine, EngineError, Enqueued, Job, JobFilter, NewJob, RetryPolicy};
 
 /// What a step's run decides.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +30,56 @@ pub enum Transition {
     Fail(String),
     /// Pause until someone approves; then the step runs again with `StepCtx::approved` true.
     NeedsApproval(String),
+}
+
+impl Transition {
+    /// `Done` with a step's typed output, stored as JSON.
+    pub fn done<T: Serialize>(output: &T) -> Self {
+        Self::Done(serde_json::to_value(output).expect("a step output is plain data and serializes"))
+    }
+}
+
+impl NewJob {
+    /// A job whose input is the flow's typed input, serialized once.
+    pub fn typed<T: Serialize>(kind: &str, subject: &str, input: &T, actor: Actor) -> Self {
+        let input = serde_json::to_value(input).expect("a job input is plain data and serializes");
+        Self::new(kind, subject, input, actor)
+    }
+}
+
+/// What a step may do to other jobs: enqueue, cancel, look up. The engine hands it to each step
+/// through [`StepCtx::jobs`]; flows never hold the engine.
+#[derive(Clone)]
+pub struct Jobs(Engine);
+
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Jobs")
+    }
+}
+
+impl Jobs {
+    pub(crate) fn new(engine: Engine) -> Self {
+        Self(engine)
+    }
+
+    /// Creates jobs in one transaction of their own.
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>, EngineError> {
+        self.0.enqueue(jobs).await
+    }
+
+    pub async fn cancel(&self, id: i64, actor: &Actor, reason: Option<&str>) -> Result<Job, EngineError> {
+        self.0.cancel(id, actor, reason).await
+    }
+
+    pub async fn list(&self, filter: &JobFilter) -> Result<Vec<Job>, EngineError> {
+        self.0.list(filter).await
+    }
+
+    /// Whether jobs of this kind can be enqueued (declared or runnable in this process).
+    pub fn accepts(&self, kind: &str) -> bool {
+        self.0.registry().steps(kind).is_some()
+    }
 }
 
 /// Everything a step may know about its job. Built by the engine for each attempt.
@@ -49,6 +100,8 @@ pub struct StepCtx {
     pub approved_by: Option<String>,
     /// Cancelled when the job is cancelled, the lease is lost or the worker shuts down.
     pub cancel: CancellationToken,
+    /// Other jobs, for steps that enqueue or cancel; `None` in a simulation (plans, dry runs).
+    pub jobs: Option<Jobs>,
 }
 
 impl StepCtx {
@@ -61,6 +114,17 @@ impl StepCtx {
     /// The output of an earlier step of this job.
     pub fn output(&self, step: &str) -> Option<&Value> {
         self.outputs.get(step)
+    }
+
+    /// The output of an earlier step of this job as its type; `None` when the step has no output
+    /// yet or it does not fit.
+    pub fn output_of<T: DeserializeOwned>(&self, step: &str) -> Option<T> {
+        self.outputs.get(step).and_then(|v| T::deserialize(v).ok())
+    }
+
+    /// The engine's handle on other jobs (`None` in a simulation).
+    pub fn jobs(&self) -> Option<&Jobs> {
+        self.jobs.as_ref()
     }
 
     pub fn approved(&self) -> bool {
@@ -85,10 +149,13 @@ pub trait Flow: Send + Sync + 'static {
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a>;
 }
 
-/// The flows a process knows, by kind.
+/// The kinds a process knows. A *declared* kind (its name and steps) can be enqueued here; a
+/// *runnable* one (a [`Flow`]) can also be run by this process's workers. An API-only process
+/// declares the kinds its workers elsewhere run.
 #[derive(Clone, Default)]
 pub struct Registry {
-    flows: HashMap<&'static str, Arc<dyn Flow>>,
+    declared: HashMap<&'static str, &'static [&'static str]>,
+    runnable: HashMap<&'static str, Arc<dyn Flow>>,
 }
 
 impl Registry {
@@ -96,19 +163,42 @@ impl Registry {
         Self::default()
     }
 
-    pub fn with(mut self, flow: impl Flow) -> Self {
-        let steps = flow.steps();
-        assert!(!steps.is_empty(), "flow {} has no steps", flow.kind());
-        self.flows.insert(flow.kind(), Arc::new(flow));
+    /// A kind this process accepts jobs of but does not run.
+    pub fn declare(mut self, kind: &'static str, steps: &'static [&'static str]) -> Self {
+        assert!(!steps.is_empty(), "kind {kind} has no steps");
+        self.declared.insert(kind, steps);
         self
     }
 
-    pub fn get(&self, kind: &str) -> Option<&Arc<dyn Flow>> {
-        self.flows.get(kind)
+    /// A flow this process runs (its kind is declared too).
+    pub fn with(mut self, flow: impl Flow) -> Self {
+        let steps = flow.steps();
+        assert!(!steps.is_empty(), "flow {} has no steps", flow.kind());
+        self.declared.insert(flow.kind(), steps);
+        self.runnable.insert(flow.kind(), Arc::new(flow));
+        self
     }
 
+    /// The flow of a runnable kind.
+    pub fn get(&self, kind: &str) -> Option<&Arc<dyn Flow>> {
+        self.runnable.get(kind)
+    }
+
+    /// The steps of a declared (or runnable) kind.
+    pub fn steps(&self, kind: &str) -> Option<&'static [&'static str]> {
+        self.declared.get(kind).copied()
+    }
+
+    /// Every declared kind, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
-        let mut k: Vec<_> = self.flows.keys().copied().collect();
+        let mut k: Vec<_> = self.declared.keys().copied().collect();
+        k.sort_unstable();
+        k
+    }
+
+    /// The kinds this process's workers run, sorted.
+    pub fn runnable_kinds(&self) -> Vec<&'static str> {
+        let mut k: Vec<_> = self.runnable.keys().copied().collect();
         k.sort_unstable();
         k
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
-pub use flow::{Flow, Registry, StepCtx, StepFuture, Transition};
+pub use flow::{Flow, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
 pub use policy::RetryPolicy;

@@ -34,6 +34,7 @@ pub async fn simulate(
             poll_deadline: None,
             approved_by: None,
             cancel: CancellationToken::new(),
+            jobs: None,
         };
         let mut runs = 0;
         loop {

@@ -60,8 +60,8 @@ pub async fn enqueue(
     }
     let mut first_steps = Vec::with_capacity(jobs.len());
     for j in jobs {
-        let flow = registry.get(&j.kind).ok_or_else(|| EngineError::UnknownKind(j.kind.clone()))?;
-        first_steps.push(flow.steps()[0]);
+        let steps = registry.steps(&j.kind).ok_or_else(|| EngineError::UnknownKind(j.kind.clone()))?;
+        first_steps.push(steps[0]);
     }
     let subjects: Vec<&str> = jobs.iter().map(|j| j.subject.as_str()).collect();
     sqlx::query(

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::decide::{Situation, decide};
 use super::store::{self, Claimed, NOTIFY_CANCEL, NOTIFY_JOBS, StepWrite};
-use super::{Engine, Flow, JobState, Registry, StepCtx, StepOutcome, Transition};
+use super::{Engine, Flow, JobState, Jobs, Registry, StepCtx, StepOutcome, Transition};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -51,6 +51,8 @@ struct InFlight {
 struct Shared {
     pool: PgPool,
     registry: Arc<Registry>,
+    /// Given to each step: the engine's handle on other jobs.
+    jobs: Jobs,
     cfg: WorkerConfig,
     stats: Arc<WorkerStats>,
     inflight: Mutex<HashMap<i64, InFlight>>,
@@ -74,6 +76,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         pool: engine.pool().clone(),
         registry: engine.registry().clone(),
+        jobs: Jobs::new(engine.clone()),
         cfg,
         stats,
         inflight: Mutex::default(),
@@ -128,7 +131,8 @@ async fn claim_loop(
     tasks: &mut JoinSet<()>,
     stop: &CancellationToken,
 ) {
-    let kinds = shared.registry.kinds();
+    // only the kinds this process runs: declared-only kinds are left to the workers that run them
+    let kinds = shared.registry.runnable_kinds();
     let mut db_backoff = Duration::from_millis(100);
     loop {
         let first = tokio::select! {
@@ -225,6 +229,7 @@ async fn run_job(
             poll_deadline: c.poll_deadline,
             approved_by: c.approved_by.clone(),
             cancel: cancel.clone(),
+            jobs: Some(shared.jobs.clone()),
         };
         let poll_expired = ctx.poll_expired();
         let span = tracing::info_span!("step", job = c.id, kind = %c.kind, subject = %c.subject, step = steps[idx], attempt = c.attempt);

@@ -2,7 +2,7 @@
 //! so a dry run or a test can stand in), the tenant registry, and the timings of the runbook's
 //! waits (configurable, so tests shorten them on the same code path).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backends::authentik::{Authentik, AuthentikError};
@@ -13,7 +13,7 @@ use crate::backends::slurm::{HostPath, Slurm, SlurmError};
 use crate::backends::storage::{Storage, StorageError};
 use crate::domain::names::TenantName;
 use crate::domain::tenants::{Tenant, TenantRegistry};
-use crate::engine::{Engine, Transition};
+use crate::engine::Transition;
 
 /// The runbook's waits and deadlines.
 #[derive(Clone, Debug)]
@@ -69,7 +69,6 @@ pub struct Backends {
     pub command_timeout: Duration,
     /// The login address users are told to SSH to.
     pub login_address: String,
-    engine: OnceLock<Engine>,
 }
 
 impl Backends {
@@ -98,17 +97,7 @@ impl Backends {
             archive_dir,
             command_timeout: Duration::from_secs(120),
             login_address,
-            engine: OnceLock::new(),
         })
-    }
-
-    /// Gives the flows the engine (to cancel a superseded offboarding). Call once.
-    pub fn attach(&self, engine: &Engine) {
-        let _ = self.engine.set(engine.clone());
-    }
-
-    pub fn engine(&self) -> Option<&Engine> {
-        self.engine.get()
     }
 
     pub fn tenant(&self, name: &str) -> Result<&Tenant, Transition> {
@@ -168,13 +157,14 @@ impl IntoTransition for AuthentikError {
     }
 }
 
-/// `?` for steps: the error's transition.
-#[macro_export]
-macro_rules! step_try {
-    ($e:expr, $what:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return $crate::flows::backends::IntoTransition::transition(e, $what),
-        }
-    };
+/// `?` for steps: `b.slurm.user(&n.user).await.step("read the user back")?` ends the step's run
+/// with the error's transition (retry or fail).
+pub trait StepError<T> {
+    fn step(self, what: &str) -> Result<T, Transition>;
+}
+
+impl<T, E: IntoTransition> StepError<T> for Result<T, E> {
+    fn step(self, what: &str) -> Result<T, Transition> {
+        self.map_err(|e| e.transition(what))
+    }
 }

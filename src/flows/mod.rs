@@ -1,17 +1,12 @@
 //! Flows: plain enums of steps on the engine. They know nothing of SQL.
-
-/// `tri!(r)`: the value of `Ok`, or return the `Err`'s `Transition` from the step.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(t) => return t,
-        }
-    };
-}
+//!
+//! A step function returns a [`StepResult`]: `Ok` with the step's transition, or `Err` with the
+//! transition that ends this run early (a backend error through [`StepError::step`], a bad input,
+//! a refusal), so steps use plain `?`. [`finish`] turns either into the transition.
 
 /// A flow's steps as a plain enum with their names: `steps! { pub enum Step { Block = "block", … } }`
-/// gives `Step::ALL` (in order, for `match Step::ALL[step]`) and `Step::NAMES` (the flow's `steps()`).
+/// gives `Step::ALL` (in order, for `match Step::ALL[step]`), `Step::NAMES` (the flow's `steps()`)
+/// and `step.name()` (the key of its output).
 macro_rules! steps {
     ($(#[$m:meta])* $vis:vis enum $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$m])*
@@ -20,12 +15,17 @@ macro_rules! steps {
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
             pub const NAMES: &'static [&'static str] = &[$($text),+];
+            /// The step's name in the job history (its output's key).
+            pub const fn name(self) -> &'static str {
+                Self::NAMES[self as usize]
+            }
         }
     };
 }
 pub(crate) use steps;
 
 pub mod backends;
+pub mod drain;
 pub mod reconcile;
 pub mod selftest;
 pub mod settings;
@@ -36,11 +36,25 @@ pub mod user_onboard;
 
 use std::sync::Arc;
 
-pub use backends::{Backends, Timings};
+pub use backends::{Backends, StepError, Timings};
 
-use crate::engine::Registry;
+use crate::engine::{Registry, StepCtx, Transition};
 
-/// Every flow this build of onramp runs.
+/// What a step function returns: `Err` ends the run early with its transition.
+pub type StepResult = Result<Transition, Transition>;
+
+/// The transition of a step's run, whichever way it ended.
+pub fn finish(r: StepResult) -> Transition {
+    r.unwrap_or_else(|t| t)
+}
+
+/// The typed output of an earlier step of this job (named by its step enum); a missing or
+/// unreadable one fails the step.
+pub(crate) fn earlier<T: serde::de::DeserializeOwned>(ctx: &StepCtx, step: &'static str) -> Result<T, Transition> {
+    ctx.output_of(step).ok_or_else(|| Transition::Fail(format!("output of step {step} missing or unreadable")))
+}
+
+/// Every flow this build of onramp runs without backends.
 pub fn registry() -> Registry {
     Registry::new().with(selftest::SelfTest)
 }
@@ -54,35 +68,25 @@ pub fn with_backends(registry: Registry, backends: Arc<Backends>) -> Registry {
         .with(tenant::TenantOffboard(backends))
 }
 
-/// Registers the user flows' kinds without backends, for a process that only enqueues (the API
-/// role): its jobs are run by worker processes, which have the backends.
-pub fn with_kinds_only(registry: Registry) -> Registry {
+/// Declares every kind of this build (the user, tenant and reconcile flows), for a process that
+/// only enqueues them (the API role, the command line): workers with the backends run them.
+pub fn declare_all(registry: Registry) -> Registry {
     registry
-        .with(KindOnly(crate::flows::reconcile::USER_ONBOARD, user_onboard::STEPS))
-        .with(KindOnly(crate::flows::reconcile::USER_OFFBOARD, user_offboard::STEPS))
-        .with(KindOnly(tenant::TENANT_ONBOARD, tenant::ONBOARD_STEPS))
-        .with(KindOnly(tenant::TENANT_OFFBOARD, tenant::OFFBOARD_STEPS))
-}
-
-struct KindOnly(&'static str, &'static [&'static str]);
-
-impl crate::engine::Flow for KindOnly {
-    fn kind(&self) -> &'static str {
-        self.0
-    }
-    fn steps(&self) -> &'static [&'static str] {
-        self.1
-    }
-    fn run<'a>(&'a self, _: usize, _: &'a crate::engine::StepCtx) -> crate::engine::StepFuture<'a> {
-        Box::pin(async { crate::engine::Transition::Retry("this process has no backends for this flow".into()) })
-    }
+        .declare(user_onboard::USER_ONBOARD, user_onboard::Step::NAMES)
+        .declare(user_offboard::USER_OFFBOARD, user_offboard::Step::NAMES)
+        .declare(tenant::TENANT_ONBOARD, tenant::OnboardStep::NAMES)
+        .declare(tenant::TENANT_OFFBOARD, tenant::OffboardStep::NAMES)
+        .declare(reconcile::RECONCILE_USER, reconcile::RECONCILE_STEPS)
+        .declare(reconcile::RECONCILE_TENANT, reconcile::RECONCILE_STEPS)
+        .declare(reconcile::RECONCILE_FULL, reconcile::RECONCILE_STEPS)
+        .declare(reconcile::RECONCILE_HOLD, reconcile::hold::Step::NAMES)
 }
 
 /// Adds the reconcile flows (they need Authentik, the tenant registry and the cluster).
-pub fn with_reconcile(registry: Registry, r: Arc<crate::flows::reconcile::Reconciler>) -> Registry {
+pub fn with_reconcile(registry: Registry, r: Arc<reconcile::Reconciler>) -> Registry {
     registry
-        .with(reconcile::ReconcileUser(r.clone()))
-        .with(reconcile::ReconcileTenants { reconciler: r.clone(), full: false })
-        .with(reconcile::ReconcileTenants { reconciler: r.clone(), full: true })
-        .with(reconcile::ReconcileHold(r))
+        .with(reconcile::user::ReconcileUser(r.clone()))
+        .with(reconcile::tenants::ReconcileTenants { reconciler: r.clone(), full: false })
+        .with(reconcile::tenants::ReconcileTenants { reconciler: r.clone(), full: true })
+        .with(reconcile::hold::ReconcileHold(r))
 }

@@ -6,19 +6,20 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::backends::Backends;
-use super::specs;
+use super::backends::{Backends, StepError};
+use super::{StepResult, earlier, finish, specs};
 use crate::backends::kubernetes::keys::KeyState;
 use crate::backends::kubernetes::login::HomeOutcome;
 use crate::backends::notify::{Onboarding, Recipient};
 use crate::backends::storage::{Dir, Quota};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
-use crate::engine::{Flow, RetryPolicy, StepCtx, StepFuture, Transition};
-use crate::flows::reconcile::USER_ONBOARD;
-use crate::step_try;
+use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
+
+/// The kind of job this flow runs.
+pub const USER_ONBOARD: &str = "user.onboard";
 
 crate::flows::steps! {
     /// The steps, in order (`Step::NAMES` are their names in the job history).
@@ -39,18 +40,32 @@ crate::flows::steps! {
 
 pub const STEPS: &[&str] = Step::NAMES;
 
-/// The job's input, as `flows::reconcile::job_for` writes it.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+/// The job's input, as the reconciler and the API write it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Input {
     pub tenant: String,
     pub account: String,
     pub username: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pk: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid_number: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid_number: Option<u32>,
+    /// Why the job was asked for (the reconciler's reason, the API's token).
+    #[serde(default)]
+    pub reason: String,
+    /// What caused it (a webhook delivery, a periodic pass, an API caller).
+    #[serde(default)]
+    pub cause: String,
+}
+
+impl Input {
+    /// The onboarding job of this input: one unfinished job per (account, user).
+    pub fn job(&self, actor: Actor) -> NewJob {
+        NewJob::typed(USER_ONBOARD, &format!("{}/{}", self.tenant, self.username), self, actor)
+            .dedupe(format!("{USER_ONBOARD}:{}/{}", self.account, self.username))
+    }
 }
 
 /// What `resolve_user` found in Authentik, used by the later steps.
@@ -62,6 +77,14 @@ pub struct Resolved {
     pub email: String,
     pub key: String,
     pub fingerprint: String,
+}
+
+/// What `key_projected` found in the login pod.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Projected {
+    pub projected: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 pub struct UserOnboard(pub Arc<Backends>);
@@ -82,9 +105,9 @@ pub(crate) fn names(tenant: &str, account: &str, user: &str) -> Result<Names, Tr
     })
 }
 
-fn earlier<T: for<'de> Deserialize<'de>>(ctx: &StepCtx, step: &str) -> Result<T, Transition> {
-    let v = ctx.output(step).cloned().unwrap_or(Value::Null);
-    serde_json::from_value(v).map_err(|e| Transition::Fail(format!("output of step {step} unreadable: {e}")))
+/// What `resolve_user` found (every step after it needs it).
+fn resolved(ctx: &StepCtx) -> Result<Resolved, Transition> {
+    earlier(ctx, Step::ResolveUser.name())
 }
 
 impl Flow for UserOnboard {
@@ -102,61 +125,63 @@ impl Flow for UserOnboard {
         }
     }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
-        Box::pin(async move {
-            let input: Input = tri!(ctx.input());
-            let n = tri!(names(&input.tenant, &input.account, &input.username));
-            let b = &*self.0;
-            match Step::ALL[step] {
-                Step::Preflight => preflight(b, &n).await,
-                Step::ResolveUser => resolve(b, &n, &input).await,
-                Step::KeyInSecret => key_in_secret(b, &n, ctx).await,
-                Step::PropagationWait => {
-                    if ctx.waited {
-                        Transition::Done(json!({ "waited_secs": b.timings.propagation.as_secs_f64() }))
-                    } else {
-                        Transition::Wait(b.timings.propagation)
-                    }
-                }
-                Step::SlurmAssociation => association(b, &n).await,
-                Step::HomeQuota => home_quota(b, &n).await,
-                Step::HomeDirectory => {
-                    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
-                    let out = step_try!(b.login(&n.tenant).ensure_home(&n.user, r.uid, r.gid).await, "create $HOME");
-                    let home = b.login(&n.tenant).home(&n.user);
-                    Transition::Done(json!({ "home": home, "created": out == HomeOutcome::Created,
-                                             "owner": format!("{}:{}", r.uid, r.gid) }))
-                }
-                Step::KeyProjected => key_projected(b, &n, ctx).await,
-                Step::LoginRestart => login_restart(b, &n, ctx).await,
-                Step::SmokeTest => smoke(b, &n, ctx).await,
-                Step::Notify => notify(b, &n, ctx).await,
+        Box::pin(async move { finish(self.step(Step::ALL[step], ctx).await) })
+    }
+}
+
+impl UserOnboard {
+    async fn step(&self, step: Step, ctx: &StepCtx) -> StepResult {
+        let input: Input = ctx.input()?;
+        let n = names(&input.tenant, &input.account, &input.username)?;
+        let b = &*self.0;
+        match step {
+            Step::Preflight => preflight(b, &n).await,
+            Step::ResolveUser => resolve(b, &n, &input).await,
+            Step::KeyInSecret => key_in_secret(b, &n, ctx).await,
+            Step::PropagationWait => Ok(if ctx.waited {
+                Transition::Done(json!({ "waited_secs": b.timings.propagation.as_secs_f64() }))
+            } else {
+                Transition::Wait(b.timings.propagation)
+            }),
+            Step::SlurmAssociation => association(b, &n).await,
+            Step::HomeQuota => home_quota(b, &n).await,
+            Step::HomeDirectory => {
+                let r = resolved(ctx)?;
+                let out = b.login(&n.tenant).ensure_home(&n.user, r.uid, r.gid).await.step("create $HOME")?;
+                let home = b.login(&n.tenant).home(&n.user);
+                Ok(Transition::Done(json!({ "home": home, "created": out == HomeOutcome::Created,
+                                            "owner": format!("{}:{}", r.uid, r.gid) })))
             }
-        })
+            Step::KeyProjected => key_projected(b, &n, ctx).await,
+            Step::LoginRestart => login_restart(b, &n, ctx).await,
+            Step::SmokeTest => smoke(b, &n, ctx).await,
+            Step::Notify => notify(b, &n, ctx).await,
+        }
     }
 }
 
 /// Runbook step 0: the tenant account and the user's team account exist, with the registry's limits.
-async fn preflight(b: &Backends, n: &Names) -> Transition {
-    let tenant = tri!(b.tenant(n.tenant.as_str()));
+async fn preflight(b: &Backends, n: &Names) -> StepResult {
+    let tenant = b.tenant(n.tenant.as_str())?;
     if !tenant.accounts().contains(&n.account) {
-        return Transition::Fail(format!("account {} is not one of tenant {}'s accounts", n.account, n.tenant));
+        return Ok(Transition::Fail(format!("account {} is not one of tenant {}'s accounts", n.account, n.tenant)));
     }
-    let spec = tri!(specs::tenant_spec(tenant).map_err(Transition::Fail));
+    let spec = specs::tenant_spec(tenant).map_err(Transition::Fail)?;
     let accounts = [tenant.account.clone(), n.account.clone()];
-    let assocs = step_try!(b.slurm.associations(&accounts).await, "read the tenant's accounts");
+    let assocs = b.slurm.associations(&accounts).await.step("read the tenant's accounts")?;
     let find = |a: &SlurmAccount| assocs.iter().find(|x| x.user.is_empty() && x.account == a.as_str());
     let mut problems = vec![];
     let Some(top) = find(&tenant.account) else {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "tenant account {} does not exist in Slurm: onboard the tenant first (tenant.onboard)",
             tenant.account
-        ));
+        )));
     };
     if find(&n.account).is_none() {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "team account {} does not exist in Slurm: onboard the tenant first (tenant.onboard)",
             n.account
-        ));
+        )));
     }
     let want = &spec.account.limits;
     if let Some(f) = want.fairshare
@@ -175,46 +200,47 @@ async fn preflight(b: &Backends, n: &Names) -> Transition {
         problems.push(format!("GrpTRES is {}, the registry says {t}", top.grp_tres));
     }
     if !problems.is_empty() {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "tenant account {} does not have the registry's limits ({}): run tenant.onboard to converge them",
             tenant.account,
             problems.join("; ")
-        ));
+        )));
     }
-    Transition::Done(json!({ "tenant_account": tenant.account, "account": n.account,
-                             "fairshare": top.fairshare, "grp_jobs": top.grp_jobs, "grp_tres": top.grp_tres.to_string() }))
+    Ok(Transition::Done(json!({ "tenant_account": tenant.account, "account": n.account,
+                                "fairshare": top.fairshare, "grp_jobs": top.grp_jobs,
+                                "grp_tres": top.grp_tres.to_string() })))
 }
 
 /// Runbook step 1: the user in Authentik is active, in the tenant's group, with uid/gid and a key.
-async fn resolve(b: &Backends, n: &Names, input: &Input) -> Transition {
-    let tenant = tri!(b.tenant(n.tenant.as_str()));
+async fn resolve(b: &Backends, n: &Names, input: &Input) -> StepResult {
+    let tenant = b.tenant(n.tenant.as_str())?;
     let user = match input.pk {
-        Some(pk) => step_try!(b.authentik.user(pk).await, "read the user from Authentik"),
-        None => step_try!(b.authentik.user_by_username(n.user.as_str()).await, "read the user from Authentik"),
+        Some(pk) => b.authentik.user(pk).await.step("read the user from Authentik")?,
+        None => b.authentik.user_by_username(n.user.as_str()).await.step("read the user from Authentik")?,
     };
     if user.username != n.user.as_str() {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "Authentik user {} is now named {:?}, not {}",
             user.pk, user.username, n.user
-        ));
+        )));
     }
     if !user.is_active {
-        return Transition::Fail(format!("{} is deactivated in Authentik", n.user));
+        return Ok(Transition::Fail(format!("{} is deactivated in Authentik", n.user)));
     }
     let groups = user.group_names();
     if !tenant.placement(&groups).contains(&n.account) {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "{} is no longer a member of {} placing them in {} (groups: {groups:?})",
             n.user, tenant.group, n.account
-        ));
+        )));
     }
     let (uid, gid) = b.tenants.posix_ids(user.pk, &user.attributes);
     let keys = user.ssh_keys();
     let Some(key) = keys.iter().find_map(|k| PublicKey::parse(k).ok()) else {
-        return Transition::Fail(format!(
+        return Ok(Transition::Fail(format!(
             "{} has no usable SSH public key in Authentik (attributes.sshPublicKey); ask them to add one",
             n.user
-        ));
+        )));
     };
     let r = Resolved {
         pk: user.pk,
@@ -224,20 +250,20 @@ async fn resolve(b: &Backends, n: &Names, input: &Input) -> Transition {
         key: key.to_line(),
         fingerprint: key.fingerprint(),
     };
-    Transition::Done(serde_json::to_value(r).unwrap_or_default())
+    Ok(Transition::done(&r))
 }
 
 /// Runbook step 2: the key is in the tenant's Secret (written when onramp manages keys).
-async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
-    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
-    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
+    let r = resolved(ctx)?;
+    let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
     let mut wrote = false;
     if b.k8s_settings.manage_keys {
-        let applied = step_try!(b.k8s.put_key(&n.tenant, &n.user, &key).await, "write the key into the Secret");
+        let applied = b.k8s.put_key(&n.tenant, &n.user, &key).await.step("write the key into the Secret")?;
         wrote = applied == crate::backends::kubernetes::keys::Applied::Changed;
     }
-    let state = step_try!(b.k8s.key_state(&n.tenant, &n.user, &key).await, "read the tenant's key Secret");
-    match state {
+    let state = b.k8s.key_state(&n.tenant, &n.user, &key).await.step("read the tenant's key Secret")?;
+    Ok(match state {
         KeyState::Matches => {
             Transition::Done(json!({ "secret": crate::backends::kubernetes::keys::secret_name(&n.tenant),
                                                      "fingerprint": r.fingerprint, "written": wrote }))
@@ -249,72 +275,72 @@ async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
             crate::backends::kubernetes::keys::secret_name(&n.tenant)
         )),
         _ => Transition::Poll { every: b.timings.key_poll, for_at_most: b.timings.key_deadline },
-    }
+    })
 }
 
 /// Runbook step 3: the association with the tenant's user defaults (through the batch call).
 /// An association left blocked by an earlier offboarding is unblocked.
-async fn association(b: &Backends, n: &Names) -> Transition {
-    let tenant = tri!(b.tenant(n.tenant.as_str()));
-    let limits = tri!(specs::user_limits(tenant).map_err(Transition::Fail));
+async fn association(b: &Backends, n: &Names) -> StepResult {
+    let tenant = b.tenant(n.tenant.as_str())?;
+    let limits = specs::user_limits(tenant).map_err(Transition::Fail)?;
     let users = [n.user.clone()];
-    let ensured = step_try!(b.slurm.add_users(&n.account, &users, true, &limits).await, "add the Slurm user");
-    let state = step_try!(b.slurm.user(&n.user).await, "read the Slurm user back");
+    let ensured = b.slurm.add_users(&n.account, &users, true, &limits).await.step("add the Slurm user")?;
+    let state = b.slurm.user(&n.user).await.step("read the Slurm user back")?;
     let Some(state) = state else {
-        return Transition::Retry(format!("Slurm does not show user {} after adding it", n.user));
+        return Ok(Transition::Retry(format!("Slurm does not show user {} after adding it", n.user)));
     };
     let Some(assoc) = state.assocs.iter().find(|a| a.account == n.account.as_str()) else {
-        return Transition::Retry(format!("Slurm does not show {}'s association with {}", n.user, n.account));
+        return Ok(Transition::Retry(format!("Slurm does not show {}'s association with {}", n.user, n.account)));
     };
     let mut unblocked = false;
     // An offboarding's block (MaxSubmitJobs=0 stays after the limits above converge).
     if assoc.is_blocked() || assoc.max_submit_jobs == crate::backends::slurm::Limit::At(0) {
         let account = std::slice::from_ref(&n.account);
-        step_try!(b.slurm.unblock_user(&n.user, account, &limits).await, "lift the offboarding block");
+        b.slurm.unblock_user(&n.user, account, &limits).await.step("lift the offboarding block")?;
         unblocked = true;
     }
-    Transition::Done(json!({ "account": n.account, "created": ensured.created, "changed": ensured.changed,
-                             "unblocked": unblocked, "max_jobs": assoc.max_jobs, "qos": assoc.qos,
-                             "default_account": state.default_account }))
+    Ok(Transition::Done(json!({ "account": n.account, "created": ensured.created, "changed": ensured.changed,
+                                "unblocked": unblocked, "max_jobs": assoc.max_jobs, "qos": assoc.qos,
+                                "default_account": state.default_account })))
 }
 
 /// Runbook step 4: the `$HOME` quota from the tenant's registry entry.
-async fn home_quota(b: &Backends, n: &Names) -> Transition {
-    let tenant = tri!(b.tenant(n.tenant.as_str()));
+async fn home_quota(b: &Backends, n: &Names) -> StepResult {
+    let tenant = b.tenant(n.tenant.as_str())?;
     let Some(q) = &tenant.quotas.home else {
-        return Transition::Done(json!({ "skipped": "the tenant has no home quota" }));
+        return Ok(Transition::Done(json!({ "skipped": "the tenant has no home quota" })));
     };
-    let quota = tri!(Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("home quota: {e}"))));
-    step_try!(b.storage.set_quota(&Dir::Home(n.user.clone()), quota).await, "set the $HOME quota");
-    Transition::Done(json!({ "hard": q.hard, "soft": q.soft }))
+    let quota = Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("home quota: {e}")))?;
+    b.storage.set_quota(&Dir::Home(n.user.clone()), quota).await.step("set the $HOME quota")?;
+    Ok(Transition::Done(json!({ "hard": q.hard, "soft": q.soft })))
 }
 
 /// After the propagation wait: is the key in the login pod? Not yet: wait once more, then the
 /// next step restarts the login Deployment.
-async fn key_projected(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
-    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
-    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
-    let state = step_try!(b.login(&n.tenant).key_projected(&n.user, &key).await, "read the key in the login pod");
-    match state {
-        KeyState::Matches => Transition::Done(json!({ "projected": true })),
+async fn key_projected(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
+    let r = resolved(ctx)?;
+    let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
+    let state = b.login(&n.tenant).key_projected(&n.user, &key).await.step("read the key in the login pod")?;
+    Ok(match state {
+        KeyState::Matches => Transition::done(&Projected { projected: true, found: None }),
         _ if !ctx.waited => Transition::Wait(b.timings.propagation),
-        other => Transition::Done(json!({ "projected": false, "found": format!("{other:?}") })),
-    }
+        other => Transition::done(&Projected { projected: false, found: Some(format!("{other:?}")) }),
+    })
 }
 
 /// The runbook's remedy for "claims success but user can't log in": rollout restart the login
 /// Deployment, wait, check again; then fail with the diagnosis.
-async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
-    if ctx.output("key_projected").and_then(|o| o["projected"].as_bool()) == Some(true) {
-        return Transition::Done(json!({ "restarted": false }));
+async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
+    if ctx.output_of::<Projected>(Step::KeyProjected.name()).is_some_and(|p| p.projected) {
+        return Ok(Transition::Done(json!({ "restarted": false })));
     }
-    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
+    let r = resolved(ctx)?;
     if !ctx.waited {
-        step_try!(b.k8s.restart_login(&n.tenant).await, "rollout restart the login Deployment");
-        return Transition::Wait(b.timings.restart_wait);
+        b.k8s.restart_login(&n.tenant).await.step("rollout restart the login Deployment")?;
+        return Ok(Transition::Wait(b.timings.restart_wait));
     }
-    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
-    match step_try!(b.login(&n.tenant).key_projected(&n.user, &key).await, "read the key in the login pod") {
+    let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
+    Ok(match b.login(&n.tenant).key_projected(&n.user, &key).await.step("read the key in the login pod")? {
         KeyState::Matches => Transition::Done(json!({ "restarted": true })),
         other => Transition::Fail(format!(
             "the key {} of {} is in Secret {} but not projected in the login pod even after a rollout restart ({other:?}): \
@@ -324,28 +350,28 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
             crate::backends::kubernetes::keys::secret_name(&n.tenant),
             b.k8s_settings.authorized_keys_dir
         )),
-    }
+    })
 }
 
 /// Runbook step 6: as the user, uid/gid match, `sbatch --test-only` succeeds, association visible.
-async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
-    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
-    let rep = step_try!(b.login(&n.tenant).smoke_test(&n.user, &n.account, r.uid, r.gid).await, "smoke test");
+async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
+    let r = resolved(ctx)?;
+    let rep = b.login(&n.tenant).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
     let problems = rep.problems();
     if !problems.is_empty() {
-        return Transition::Fail(format!("smoke test as {} failed: {}", n.user, problems.join("; ")));
+        return Ok(Transition::Fail(format!("smoke test as {} failed: {}", n.user, problems.join("; "))));
     }
-    Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
-                             "accounts": rep.accounts }))
+    Ok(Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
+                                "accounts": rep.accounts })))
 }
 
 /// Runbook step 7. A failure here is recorded, never undoes or blocks the onboarding.
-async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
+async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let Some(notifier) = &b.notifier else {
-        return Transition::Done(json!({ "sent": false, "why": "no notification channel is configured" }));
+        return Ok(Transition::Done(json!({ "sent": false, "why": "no notification channel is configured" })));
     };
-    let r: Resolved = tri!(earlier(ctx, "resolve_user"));
-    let key = tri!(PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}"))));
+    let r = resolved(ctx)?;
+    let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
     let msg = Onboarding {
         user: n.user.clone(),
         tenant: n.tenant.clone(),
@@ -355,9 +381,9 @@ async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> Transition {
     }
     .message();
     let to = Recipient { user: n.user.clone(), email: (!r.email.is_empty()).then(|| r.email.clone()) };
-    match notifier.send(&to, &msg).await {
+    Ok(match notifier.send(&to, &msg).await {
         Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject })),
         Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
         Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
-    }
+    })
 }

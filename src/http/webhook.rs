@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{AppState, Problem, Route, route};
-use crate::flows::reconcile::jobs_for_targets;
+use crate::flows::reconcile::jobs_for_subjects;
 use crate::intake::{AuthHeaders, Delivery, event};
 
 pub fn routes() -> Vec<Route> {
@@ -115,8 +115,8 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
     let parsed = event::parse(&body);
     let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
-    let jobs = jobs_for_targets(&parsed.targets, &intake.tenants, &id.to_string(), intake.settle);
-    let targets = json!(parsed.targets.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>());
+    let jobs = jobs_for_subjects(&parsed.subjects, &intake.tenants, &id.to_string(), intake.settle);
+    let targets = json!(parsed.subjects.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>());
     let delivery = Delivery {
         id,
         key,

@@ -13,7 +13,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::Auth;
 use super::extract::Body;
@@ -21,8 +20,8 @@ use super::{AppState, Problem, Route, idempotency, route};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{Tenant, TenantRegistry};
 use crate::engine::NewJob;
-use crate::flows::reconcile::plan::{Action, Op};
 use crate::flows::tenant::{self, TENANT_OFFBOARD, TENANT_ONBOARD};
+use crate::flows::{user_offboard, user_onboard};
 use crate::http::access::{Principal, Role};
 
 pub fn routes() -> Vec<Route> {
@@ -76,15 +75,14 @@ fn tenant<'r>(reg: &'r TenantRegistry, p: &Principal, name: &str) -> Result<&'r 
     reg.tenant(name.as_str()).ok_or_else(|| invalid(format!("tenant {name} is not in the tenant registry")))
 }
 
-/// A user's onboarding or offboarding, as the reconciler would enqueue it.
-fn user_job(
+/// The tenant, account and user of a user's onboarding or offboarding, checked.
+fn user_names(
     reg: &TenantRegistry,
     p: &Principal,
-    op: Op,
     tenant_name: &str,
     account: Option<&str>,
     username: &str,
-) -> Result<NewJob, Problem> {
+) -> Result<(TenantName, SlurmAccount, Username), Problem> {
     let t = tenant(reg, p, tenant_name)?;
     let account = match account {
         Some(a) => SlurmAccount::parse(a).map_err(invalid)?,
@@ -100,40 +98,49 @@ fn user_job(
         )));
     }
     let username = Username::parse(username).map_err(invalid)?;
-    let cause = p.actor().to_string();
-    let action = Action {
-        op,
-        tenant: t.name.clone(),
-        account,
-        username,
-        member: None,
-        reason: format!("requested through the API by token {}", p.token_name),
-    };
-    let mut job = crate::flows::reconcile::job_for(&action, &cause);
-    job.actor = p.actor();
-    Ok(job)
+    Ok((t.name.clone(), account, username))
 }
 
-/// The job a request asks for.
+/// Why an API caller's job was asked for.
+fn reason(p: &Principal) -> String {
+    format!("requested through the API by token {}", p.token_name)
+}
+
+/// The job a request asks for, built as the reconciler and the CLI build theirs (so they dedupe).
 fn job(reg: &TenantRegistry, p: &Principal, w: &StartWork) -> Result<NewJob, Problem> {
+    let cause = p.actor().to_string();
     Ok(match w {
         StartWork::UserOnboard { tenant, account, username } => {
-            user_job(reg, p, Op::Onboard, tenant, account.as_deref(), username)?
+            let (tenant, account, username) = user_names(reg, p, tenant, account.as_deref(), username)?;
+            let input = user_onboard::Input {
+                tenant: tenant.to_string(),
+                account: account.to_string(),
+                username: username.to_string(),
+                reason: reason(p),
+                cause,
+                ..Default::default()
+            };
+            input.job(p.actor())
         }
         StartWork::UserOffboard { tenant, account, username, hard_cutoff } => {
-            let mut j = user_job(reg, p, Op::Offboard, tenant, account.as_deref(), username)?;
-            j.input["hard_cutoff"] = json!(hard_cutoff);
-            j
+            let (tenant, account, username) = user_names(reg, p, tenant, account.as_deref(), username)?;
+            let input = user_offboard::Input {
+                tenant: tenant.to_string(),
+                account: account.to_string(),
+                username: username.to_string(),
+                hard_cutoff: *hard_cutoff,
+                reason: reason(p),
+                cause,
+            };
+            input.job(p.actor())
         }
         StartWork::TenantOnboard { tenant: name } => {
             let t = tenant(reg, p, name)?;
-            tenant::job(TENANT_ONBOARD, t.name.as_str(), p.actor())
+            tenant::Input { tenant: t.name.to_string(), hard_cutoff: false }.job(TENANT_ONBOARD, p.actor())
         }
         StartWork::TenantOffboard { tenant: name, hard_cutoff } => {
             let t = tenant(reg, p, name)?;
-            let mut j = tenant::job(TENANT_OFFBOARD, t.name.as_str(), p.actor());
-            j.input["hard_cutoff"] = json!(hard_cutoff);
-            j
+            tenant::Input { tenant: t.name.to_string(), hard_cutoff: *hard_cutoff }.job(TENANT_OFFBOARD, p.actor())
         }
         StartWork::ReconcileFull {} => {
             if let Some(own) = &p.tenant {
@@ -155,7 +162,7 @@ async fn start(
     let p = auth.require(Role::Operator)?;
     let reg = s.registry()?;
     let job = job(reg, p, &w)?;
-    if s.engine.registry().get(&job.kind).is_none() {
+    if s.engine.registry().steps(&job.kind).is_none() {
         return Err(Problem::unavailable(format!(
             "this onramp runs no {} flow: it needs the Authentik settings (ONRAMP_AUTHENTIK_URL, ONRAMP_AUTHENTIK_TOKEN)",
             job.kind

@@ -4,16 +4,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// What a delivery points at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// One user, by Authentik primary key.
-    User { pk: i64 },
-    /// Every member (and former member) of a group, by name.
-    Group { name: String },
-    /// Cannot tell: reconcile everything.
-    Everything,
-}
+use crate::flows::reconcile::Subject;
 
 /// The delivery's body, understood as far as it can be.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,7 +15,8 @@ pub struct Parsed {
     pub action: Option<String>,
     /// `app.model_name`, e.g. `authentik_core.user`.
     pub model: Option<String>,
-    pub targets: Vec<Target>,
+    /// Whom to reconcile.
+    pub subjects: Vec<Subject>,
 }
 
 /// The actions after which a user's or group's state may differ.
@@ -39,13 +31,13 @@ pub fn parse(body: &Value) -> Parsed {
         let diff = body.get("diff").filter(|d| d.is_object()).or_else(|| context.and_then(|c| c.get("diff")));
         let app = model.and_then(|m| m.get("app")).and_then(Value::as_str);
         let model_name = model.and_then(|m| m.get("model_name")).and_then(Value::as_str);
-        let targets = structured_targets(action, app, model_name, model, diff, body.get("actor"));
+        let subjects = structured_subjects(action, app, model_name, model, diff, body.get("actor"));
         return Parsed {
             shape: "structured",
             event_uuid: s(body.get("event_uuid")).filter(|u| !u.is_empty() && u.len() <= 64),
             action: Some(action.to_string()),
             model: app.zip(model_name).map(|(a, m)| format!("{a}.{m}")),
-            targets,
+            subjects,
         };
     }
     if body.get("body").is_some_and(Value::is_string) && body.get("severity").is_some() {
@@ -54,30 +46,36 @@ pub fn parse(body: &Value) -> Parsed {
         let summary = body["body"].as_str().unwrap_or_default();
         let action =
             summary.split_once(": ").map(|(a, _)| a).filter(|a| a.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
-        let targets = match action {
-            Some(a) if CHANGES.contains(&a) => vec![Target::Everything],
+        let subjects = match action {
+            Some(a) if CHANGES.contains(&a) => vec![Subject::Everything],
             _ => vec![],
         };
-        return Parsed { shape: "default", event_uuid: None, action: action.map(str::to_string), model: None, targets };
+        return Parsed {
+            shape: "default",
+            event_uuid: None,
+            action: action.map(str::to_string),
+            model: None,
+            subjects,
+        };
     }
-    Parsed { shape: "unknown", event_uuid: None, action: None, model: None, targets: vec![] }
+    Parsed { shape: "unknown", event_uuid: None, action: None, model: None, subjects: vec![] }
 }
 
-fn structured_targets(
+fn structured_subjects(
     action: &str,
     app: Option<&str>,
     model_name: Option<&str>,
     model: Option<&Value>,
     diff: Option<&Value>,
     actor: Option<&Value>,
-) -> Vec<Target> {
+) -> Vec<Subject> {
     if !CHANGES.contains(&action) {
         return vec![];
     }
     if action == "user_write" {
         return match actor.and_then(|a| a.get("pk")).and_then(Value::as_i64) {
-            Some(pk) => vec![Target::User { pk }],
-            None => vec![Target::Everything],
+            Some(pk) => vec![Subject::User { pk }],
+            None => vec![Subject::Everything],
         };
     }
     if app != Some("authentik_core") {
@@ -85,8 +83,8 @@ fn structured_targets(
     }
     match model_name {
         Some("user") => match model.and_then(|m| m.get("pk")).and_then(pk_of) {
-            Some(pk) => vec![Target::User { pk }],
-            None => vec![Target::Everything],
+            Some(pk) => vec![Subject::User { pk }],
+            None => vec![Subject::Everything],
         },
         Some("group") => {
             // Enterprise builds send diff.users {add: [pk…], remove: [pk…]}; without it the
@@ -101,11 +99,11 @@ fn structured_targets(
             if !pks.is_empty() {
                 pks.sort_unstable();
                 pks.dedup();
-                return pks.into_iter().map(|pk| Target::User { pk }).collect();
+                return pks.into_iter().map(|pk| Subject::User { pk }).collect();
             }
             match model.and_then(|m| m.get("name")).and_then(Value::as_str) {
-                Some(name) if !name.is_empty() => vec![Target::Group { name: name.to_string() }],
-                _ => vec![Target::Everything],
+                Some(name) if !name.is_empty() => vec![Subject::Group { name: name.to_string() }],
+                _ => vec![Subject::Everything],
             }
         }
         _ => vec![],
@@ -154,7 +152,7 @@ mod tests {
         );
         let p = parse(&b);
         assert_eq!(p.shape, "structured");
-        assert_eq!(p.targets, vec![Target::User { pk: 42 }]);
+        assert_eq!(p.subjects, vec![Subject::User { pk: 42 }]);
         assert_eq!(p.model.as_deref(), Some("authentik_core.user"));
         assert_eq!(p.event_uuid.as_deref(), Some("6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f"));
     }
@@ -163,18 +161,21 @@ mod tests {
     fn group_event_with_diff_points_at_the_users_and_without_at_the_group() {
         let g = json!({"app": "authentik_core", "model_name": "group", "pk": "9a4f0c2e1b7d4e3f8a6b5c4d3e2f1a0b", "name": "tenant-foo-users"});
         let with = structured("model_updated", g.clone(), Some(json!({"users": {"add": [7, 9], "remove": [3]}})));
-        assert_eq!(parse(&with).targets, vec![Target::User { pk: 3 }, Target::User { pk: 7 }, Target::User { pk: 9 }]);
+        assert_eq!(
+            parse(&with).subjects,
+            vec![Subject::User { pk: 3 }, Subject::User { pk: 7 }, Subject::User { pk: 9 }]
+        );
         let without = structured("model_updated", g, None);
-        assert_eq!(parse(&without).targets, vec![Target::Group { name: "tenant-foo-users".into() }]);
+        assert_eq!(parse(&without).subjects, vec![Subject::Group { name: "tenant-foo-users".into() }]);
     }
 
     #[test]
     fn unknown_actions_and_models_point_nowhere() {
         let b = structured("login", json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "x"}), None);
-        assert!(parse(&b).targets.is_empty());
+        assert!(parse(&b).subjects.is_empty());
         let b =
             structured("model_updated", json!({"app": "authentik_core", "model_name": "application", "pk": "x"}), None);
-        assert!(parse(&b).targets.is_empty());
+        assert!(parse(&b).subjects.is_empty());
         assert_eq!(parse(&json!({"hello": 1})).shape, "unknown");
     }
 
@@ -185,9 +186,9 @@ mod tests {
                        "event_user_email": "admin@example.org", "event_user_username": "akadmin"});
         let p = parse(&b);
         assert_eq!((p.shape, p.action.as_deref()), ("default", Some("model_updated")));
-        assert_eq!(p.targets, vec![Target::Everything]);
+        assert_eq!(p.subjects, vec![Subject::Everything]);
         let login = json!({"body": "login_failed: {'username': 'x'}", "severity": "warning"});
-        assert!(parse(&login).targets.is_empty());
+        assert!(parse(&login).subjects.is_empty());
     }
 
     #[test]

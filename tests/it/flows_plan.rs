@@ -10,7 +10,8 @@ use onramp::domain::names::{SlurmAccount, TenantName, Username};
 use onramp::dryrun::plan::{Plan, PlanRequest, plan};
 use onramp::effects::Effect;
 use onramp::engine::{Actor, NewJob};
-use onramp::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use onramp::flows::user_offboard::USER_OFFBOARD;
+use onramp::flows::user_onboard::USER_ONBOARD;
 use serde_json::json;
 
 use crate::common::wait_state;

@@ -20,7 +20,7 @@ use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
 use onramp::effects::EffectLog;
 use onramp::engine::{Engine, Registry, WorkerStats};
-use onramp::flows::reconcile::{Brake, Reconciler, SacctmgrAssociations};
+use onramp::flows::reconcile::{Brake, Reconciler};
 use onramp::flows::{Backends, Timings};
 use onramp::intake::{SigningSecret, WebhookAuth};
 use serde_json::{Value, json};
@@ -195,7 +195,10 @@ impl Harness {
         let reconciler = Reconciler::new(
             Arc::new(intake_support::client(&ak_url)),
             registry.clone(),
-            Arc::new(SacctmgrAssociations { transport: Arc::new(Local), timeout: Duration::from_secs(30) }),
+            Arc::new(
+                SlurmCli::new(Arc::new(Local), ClusterName::parse("production").unwrap())
+                    .with_timeout(Duration::from_secs(30)),
+            ),
             Brake::default(),
         );
         let setup = IntakeSetup {
@@ -214,7 +217,6 @@ impl Harness {
         };
         let reg = setup.registry(onramp::flows::with_backends(Registry::new(), backends.clone()));
         let engine = Engine::new(db.pool.clone(), reg);
-        backends.attach(&engine);
         let intake = setup.start(&engine);
         let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
         state.intake = Some(intake);

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use onramp::engine::{Actor, JobState};
-use onramp::flows::reconcile::USER_ONBOARD;
 use onramp::flows::tenant::{OFFBOARD_STEPS, TENANT_OFFBOARD, TENANT_ONBOARD, job};
+use onramp::flows::user_onboard::USER_ONBOARD;
 use serde_json::json;
 
 use crate::common::{eventually, wait_state};

@@ -4,7 +4,8 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use onramp::engine::{Actor, JobState, NewJob, StepOutcome};
-use onramp::flows::reconcile::{USER_OFFBOARD, USER_ONBOARD};
+use onramp::flows::user_offboard::USER_OFFBOARD;
+use onramp::flows::user_onboard::USER_ONBOARD;
 use serde_json::{Value, json};
 
 use crate::common::{eventually, wait_state};

@@ -111,7 +111,7 @@ fn expect(c: &Case) -> Expect {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_v1_route_by_role_and_tenant() {
     let db = TestDb::new().await;
-    let kinds = onramp::flows::with_kinds_only(onramp::flows::registry()).with(Recorded(RECONCILE_FULL));
+    let kinds = onramp::flows::declare_all(onramp::flows::registry()).with(Recorded(RECONCILE_FULL));
     let engine = engine(&db, kinds);
     let tenants = TenantRegistry::parse(TENANTS, "matrix").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

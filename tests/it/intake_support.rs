@@ -1,5 +1,6 @@
 //! Intake test harness: a fake Authentik API speaking its wire format (an axum server), a fake
-//! association source, and the service's HTTP app with the intake wired as in `serve`.
+//! slurmdbd answering `sacctmgr show assoc` (the reconciler reads it through the real Slurm
+//! backend), and the service's HTTP app with the intake wired as in `serve`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -13,12 +14,15 @@ use axum::routing::get;
 use axum::{Json, Router};
 use onramp::app::intake::IntakeSetup;
 use onramp::backends::authentik::{AuthentikClient, AuthentikConfig};
-use onramp::domain::names::{SlurmAccount, Username};
+use onramp::backends::exec::{Command, Output, RunFuture, Transport};
+use onramp::backends::slurm::SlurmCli;
+use onramp::domain::names::{ClusterName, SlurmAccount, Username};
 use onramp::domain::secret::Secret;
 use onramp::domain::tenants::TenantRegistry;
 use onramp::engine::{Engine, Flow, Registry, StepCtx, StepFuture, Transition, WorkerStats};
-use onramp::flows::reconcile::cluster::AssocFuture;
-use onramp::flows::reconcile::{AssociationSource, Brake, Reconciler, USER_OFFBOARD, USER_ONBOARD};
+use onramp::flows::reconcile::{Brake, Reconciler};
+use onramp::flows::user_offboard::USER_OFFBOARD;
+use onramp::flows::user_onboard::USER_ONBOARD;
 use onramp::intake::{SigningSecret, WebhookAuth};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -206,7 +210,8 @@ pub fn client(url: &str) -> AuthentikClient {
     .unwrap()
 }
 
-/// The cluster's associations, settable by the test.
+/// The cluster's associations, settable by the test. As a transport it answers the Slurm
+/// backend's `sacctmgr -n -P show assoc where account=… cluster=… format=…` the way sacctmgr does.
 #[derive(Clone, Default)]
 pub struct FakeCluster(pub Arc<Mutex<Vec<(SlurmAccount, Username)>>>);
 
@@ -215,12 +220,33 @@ impl FakeCluster {
         *self.0.lock().unwrap() =
             pairs.iter().map(|(a, u)| (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap())).collect();
     }
+
+    /// The Slurm backend over this fake, as the reconciler gets it.
+    pub fn slurm(&self) -> Arc<SlurmCli> {
+        Arc::new(SlurmCli::new(Arc::new(self.clone()), ClusterName::parse("production").unwrap()))
+    }
 }
 
-impl AssociationSource for FakeCluster {
-    fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> AssocFuture<'a> {
-        let all = self.0.lock().unwrap().clone();
-        Box::pin(async move { Ok(all.into_iter().filter(|(a, _)| accounts.contains(a)).collect()) })
+impl Transport for FakeCluster {
+    fn run<'a>(&'a self, cmd: &'a Command, _timeout: Duration) -> RunFuture<'a> {
+        let argv = cmd.argv();
+        let arg = |key: &str| argv.iter().find_map(|a| a.strip_prefix(key)).map(str::to_string);
+        let reply = match (argv.get(4).map(String::as_str), arg("account="), arg("cluster=")) {
+            (Some("assoc"), Some(accounts), Some(cluster)) => {
+                let accounts: Vec<&str> = accounts.split(',').collect();
+                let rows: String = self
+                    .0
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(a, _)| accounts.contains(&a.as_str()))
+                    .map(|(a, u)| format!("{cluster}|{a}|{u}|||1||||||||\n"))
+                    .collect();
+                Output { code: 0, stdout: rows, stderr: String::new() }
+            }
+            _ => Output { code: 1, stdout: String::new(), stderr: format!("fake slurmdbd: not simulated: {cmd}\n") },
+        };
+        Box::pin(async move { Ok(reply) })
     }
 }
 
@@ -281,8 +307,7 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let (fake, ak_url) = fake_authentik().await;
     let cluster = FakeCluster::default();
     let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
-    let reconciler =
-        Reconciler::new(Arc::new(client(&ak_url)), tenants.clone(), Arc::new(cluster.clone()), Brake::default());
+    let reconciler = Reconciler::new(Arc::new(client(&ak_url)), tenants.clone(), cluster.slurm(), Brake::default());
     let setup = IntakeSetup {
         reconciler,
         tenants,

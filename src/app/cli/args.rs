@@ -85,6 +85,9 @@ pub struct ReconcileArgs {
     pub db: DbArgs,
     #[command(flatten)]
     pub intake: IntakeArgs,
+    /// The cluster whose associations reconcile reads.
+    #[command(flatten, next_help_heading = "Slurm")]
+    pub slurm: SlurmArgs,
     /// Only this tenant.
     #[arg(long, conflicts_with = "user")]
     pub tenant: Option<String>,

@@ -59,7 +59,7 @@ pub enum Command {
     Token(TokenArgs),
     /// Reconcile Authentik against the cluster now: enqueue a reconcile job (all tenants, one
     /// tenant or one user) for the workers of `onramp serve`.
-    Reconcile(ReconcileArgs),
+    Reconcile(Box<ReconcileArgs>),
     /// Onboard or offboard a whole tenant of the registry: enqueue the job for the workers.
     Tenant(TenantArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a

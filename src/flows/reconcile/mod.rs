@@ -1,25 +1,27 @@
-//! Level-triggered reconcile: Authentik (desired) against the cluster's associations (actual).
-//! A webhook is only a hint that something may differ; these jobs re-read both sides and enqueue
-//! onboarding or offboarding (idempotent by dedupe key), or nothing, and record why.
+//! Level-triggered reconcile: Authentik (desired) against the cluster's associations (actual,
+//! read through the [`Slurm`] backend). A webhook is only a hint that something may differ; these
+//! jobs re-read both sides and enqueue onboarding or offboarding (idempotent by dedupe key), or
+//! nothing, and record why.
 
-pub mod cluster;
-pub mod flow;
+mod enqueue;
+pub mod hold;
 pub mod plan;
+pub mod tenants;
+pub mod user;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::backends::authentik::Authentik;
-use crate::domain::tenants::TenantRegistry;
-use crate::engine::{Actor, Engine, NewJob};
-use crate::intake::event::Target;
-
-pub use cluster::{AssociationSource, ClusterError, SacctmgrAssociations};
-pub use flow::{ReconcileHold, ReconcileTenants, ReconcileUser, job_for};
+pub use enqueue::job_for;
 pub use plan::Brake;
+
+use crate::backends::authentik::Authentik;
+use crate::backends::slurm::Slurm;
+use crate::domain::names::{SlurmAccount, Username};
+use crate::domain::tenants::TenantRegistry;
+use crate::engine::{Actor, NewJob};
 
 /// Reconcile one user (`{"pk": 42}` or `{"username": "alice"}`).
 pub const RECONCILE_USER: &str = "reconcile.user";
@@ -29,77 +31,115 @@ pub const RECONCILE_TENANT: &str = "reconcile.tenant";
 pub const RECONCILE_FULL: &str = "reconcile.full";
 /// Offboardings held by the safety brake, waiting for a person's approval.
 pub const RECONCILE_HOLD: &str = "reconcile.hold";
+/// The one step of `reconcile.user`, `reconcile.tenant` and `reconcile.full`.
+pub const RECONCILE_STEPS: &[&str] = &["reconcile"];
 
-/// Implemented by the user onboarding flow (flows issue); enqueued here by kind name.
-pub const USER_ONBOARD: &str = "user.onboard";
-/// Implemented by the user offboarding flow (flows issue); enqueued here by kind name.
-pub const USER_OFFBOARD: &str = "user.offboard";
+/// What a change in Authentik points at: whom to reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// One user, by Authentik primary key.
+    User { pk: i64 },
+    /// Every member (and former member) of a group, by name.
+    Group { name: String },
+    /// Cannot tell: reconcile everything.
+    Everything,
+}
 
-/// What the reconcile flows need. The engine is attached once it exists (it holds the flows).
+/// What the reconcile flows need: desired state (Authentik, the tenant registry), actual state
+/// (the Slurm backend) and the safety brake. Other jobs are enqueued through each step's context.
 pub struct Reconciler {
     pub authentik: Arc<dyn Authentik>,
     pub tenants: Arc<TenantRegistry>,
-    pub cluster: Arc<dyn AssociationSource>,
+    pub slurm: Arc<dyn Slurm>,
     pub brake: Brake,
-    engine: OnceLock<Engine>,
 }
 
 impl Reconciler {
     pub fn new(
         authentik: Arc<dyn Authentik>,
         tenants: Arc<TenantRegistry>,
-        cluster: Arc<dyn AssociationSource>,
+        slurm: Arc<dyn Slurm>,
         brake: Brake,
     ) -> Arc<Self> {
-        Arc::new(Self { authentik, tenants, cluster, brake, engine: OnceLock::new() })
+        Arc::new(Self { authentik, tenants, slurm, brake })
     }
 
-    /// Gives the flows the engine they enqueue with. Call once, right after `Engine::new`.
-    pub fn attach(&self, engine: &Engine) {
-        let _ = self.engine.set(engine.clone());
+    /// Every (account, user) association under these accounts, in one bulk read. Users whose
+    /// name onramp cannot handle are skipped (and logged).
+    pub async fn actual(&self, accounts: &[SlurmAccount]) -> Result<Vec<(SlurmAccount, Username)>, String> {
+        let assocs = self.slurm.associations(accounts).await.map_err(|e| format!("cluster read failed: {e}"))?;
+        let mut out = vec![];
+        for a in assocs.iter().filter(|a| !a.user.is_empty()) {
+            let account = SlurmAccount::parse(&a.account).map_err(|e| format!("cluster read failed: {e}"))?;
+            match Username::parse(&a.user) {
+                Ok(u) => out.push((account, u)),
+                Err(e) => tracing::warn!(error = %e, "skipping an association whose user name onramp cannot handle"),
+            }
+        }
+        Ok(out)
     }
+}
 
-    pub fn engine(&self) -> Option<&Engine> {
-        self.engine.get()
-    }
+/// `reconcile.user`'s input.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct UserInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pk: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub cause: String,
+}
+
+/// `reconcile.tenant`'s and `reconcile.full`'s input.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct TenantsInput {
+    /// None: every tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<String>>,
+    #[serde(default)]
+    pub cause: String,
 }
 
 /// The job that reconciles one user.
 pub fn user_job(pk: i64, actor: Actor, cause: &str) -> NewJob {
-    NewJob::new(RECONCILE_USER, &format!("reconcile/user/{pk}"), json!({ "pk": pk, "cause": cause }), actor)
+    let input = UserInput { pk: Some(pk), username: None, cause: cause.into() };
+    NewJob::typed(RECONCILE_USER, &format!("reconcile/user/{pk}"), &input, actor)
         .dedupe(format!("{RECONCILE_USER}:{pk}"))
 }
 
 /// The job that reconciles some tenants.
 pub fn tenant_job(tenant: &str, actor: Actor, cause: &str) -> NewJob {
-    NewJob::new(
-        RECONCILE_TENANT,
-        &format!("reconcile/tenant/{tenant}"),
-        json!({ "tenants": [tenant], "cause": cause }),
-        actor,
-    )
-    .dedupe(format!("{RECONCILE_TENANT}:{tenant}"))
+    let input = TenantsInput { tenants: Some(vec![tenant.into()]), cause: cause.into() };
+    NewJob::typed(RECONCILE_TENANT, &format!("reconcile/tenant/{tenant}"), &input, actor)
+        .dedupe(format!("{RECONCILE_TENANT}:{tenant}"))
 }
 
 /// The job that reconciles everything.
 pub fn full_job(actor: Actor, cause: &str) -> NewJob {
-    NewJob::new(RECONCILE_FULL, "reconcile/full", json!({ "cause": cause }), actor).dedupe(RECONCILE_FULL)
+    let input = TenantsInput { tenants: None, cause: cause.into() };
+    NewJob::typed(RECONCILE_FULL, "reconcile/full", &input, actor).dedupe(RECONCILE_FULL)
 }
 
-/// The reconcile jobs a delivery's targets call for, due after `settle` (Authentik logs some
+/// The reconcile jobs a delivery's subjects call for, due after `settle` (Authentik logs some
 /// events before the change is visible, and a burst of events collapses into one job).
-pub fn jobs_for_targets(targets: &[Target], tenants: &TenantRegistry, delivery: &str, settle: Duration) -> Vec<NewJob> {
+pub fn jobs_for_subjects(
+    subjects: &[Subject],
+    tenants: &TenantRegistry,
+    delivery: &str,
+    settle: Duration,
+) -> Vec<NewJob> {
     let actor = Actor::webhook(delivery);
     let cause = format!("webhook:{delivery}");
     let at = OffsetDateTime::now_utc() + settle;
     let mut jobs = vec![];
-    for t in targets {
-        match t {
-            Target::User { pk } => jobs.push(user_job(*pk, actor.clone(), &cause)),
-            Target::Group { name } => jobs.extend(
+    for s in subjects {
+        match s {
+            Subject::User { pk } => jobs.push(user_job(*pk, actor.clone(), &cause)),
+            Subject::Group { name } => jobs.extend(
                 tenants.tenants_of_group(name).into_iter().map(|t| tenant_job(t.name.as_str(), actor.clone(), &cause)),
             ),
-            Target::Everything => jobs.push(full_job(actor.clone(), &cause)),
+            Subject::Everything => jobs.push(full_job(actor.clone(), &cause)),
         }
     }
     jobs.into_iter().map(|j| if settle.is_zero() { j } else { j.at(at) }).collect()
