@@ -15,6 +15,7 @@ mod query;
 pub mod simulate;
 mod store;
 mod worker;
+mod worker_tasks;
 
 use std::sync::Arc;
 
