@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onramp::app::intake::IntakeSetup;
+use onramp::app::world::{Parts, World};
 use onramp::backends::exec::{Command, Local, Transport};
 use onramp::backends::kubernetes::Kubernetes;
 use onramp::backends::notify::{Email, Notifier, NotifySettings};
@@ -19,7 +20,7 @@ use onramp::domain::names::ClusterName;
 use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
 use onramp::effects::EffectLog;
-use onramp::engine::{Engine, Registry, WorkerStats};
+use onramp::engine::Engine;
 use onramp::flows::reconcile::{Brake, Reconciler};
 use onramp::flows::{Backends, Timings};
 use onramp::intake::{SigningSecret, WebhookAuth};
@@ -215,15 +216,14 @@ impl Harness {
             batch: 16,
             reconcile_interval: Duration::ZERO,
         };
-        let reg = setup.registry(onramp::flows::with_backends(Registry::new(), backends.clone()));
-        let engine = Engine::new(db.pool.clone(), reg);
-        let intake = setup.start(&engine);
-        let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
-        state.intake = Some(intake);
+        // the world as `serve` builds it (the composition root), on the test's backends
+        let parts = Parts { flows: Some(backends.clone()), intake: Some(setup), plans: None };
+        let world = World::build(db.pool.clone(), parts);
+        let engine = world.engine.clone();
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = l.local_addr().unwrap();
         let stop = CancellationToken::new();
-        tokio::spawn(onramp::http::serve(l, state, stop.clone()));
+        tokio::spawn(world.run(Some(l), None, stop.clone()));
         let mut cfg = crate::common::worker_config("flows", Duration::from_secs(30));
         cfg.poll_interval = Duration::from_millis(100);
         let worker = Some(TestWorker::start(&engine, cfg));
