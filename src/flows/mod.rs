@@ -55,6 +55,17 @@ pub(crate) fn earlier<T: serde::de::DeserializeOwned>(ctx: &StepCtx, step: &'sta
 }
 
 /// Every flow this build of onramp runs without backends.
+/// A user flow's job: subject `<tenant>/<user>`, one unfinished job per (kind, account, user).
+pub(crate) fn user_job(
+    kind: &'static str,
+    (tenant, account, username): (&str, &str, &str),
+    input: &impl serde::Serialize,
+    actor: crate::engine::Actor,
+) -> crate::engine::NewJob {
+    crate::engine::NewJob::typed(kind, &format!("{tenant}/{username}"), input, actor)
+        .dedupe(format!("{kind}:{account}/{username}"))
+}
+
 pub fn registry() -> Registry {
     Registry::new().with(selftest::SelfTest)
 }

@@ -58,8 +58,7 @@ pub struct Input {
 impl Input {
     /// The offboarding job of this input: one unfinished job per (account, user).
     pub fn job(&self, actor: Actor) -> NewJob {
-        NewJob::typed(USER_OFFBOARD, &format!("{}/{}", self.tenant, self.username), self, actor)
-            .dedupe(format!("{USER_OFFBOARD}:{}/{}", self.account, self.username))
+        super::user_job(USER_OFFBOARD, (&self.tenant, &self.account, &self.username), self, actor)
     }
 }
 

@@ -63,8 +63,7 @@ pub struct Input {
 impl Input {
     /// The onboarding job of this input: one unfinished job per (account, user).
     pub fn job(&self, actor: Actor) -> NewJob {
-        NewJob::typed(USER_ONBOARD, &format!("{}/{}", self.tenant, self.username), self, actor)
-            .dedupe(format!("{USER_ONBOARD}:{}/{}", self.account, self.username))
+        super::user_job(USER_ONBOARD, (&self.tenant, &self.account, &self.username), self, actor)
     }
 }
 
