@@ -46,11 +46,21 @@ pub struct AppState {
     pub tenants: Option<Arc<TenantRegistry>>,
     /// Plans of flows (the simulated cluster with this process's settings), when configured.
     pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
+    /// This process runs a worker (it claims the runnable kinds of its registry).
+    pub worker: bool,
 }
 
 impl AppState {
     pub fn new(engine: Engine, stats: Arc<WorkerStats>) -> Self {
-        Self { engine, stats, limiter: Arc::new(AuthLimiter::default()), intake: None, tenants: None, plans: None }
+        Self {
+            engine,
+            stats,
+            limiter: Arc::new(AuthLimiter::default()),
+            intake: None,
+            tenants: None,
+            plans: None,
+            worker: false,
+        }
     }
 
     pub fn with_tenants(mut self, tenants: Arc<TenantRegistry>) -> Self {

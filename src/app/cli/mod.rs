@@ -16,7 +16,7 @@ pub use args::{
     TokenAction, TokenArgs,
 };
 pub use backends::{BackendArgs, FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
-pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
+pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, SlurmVia, WorkerArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,7 +64,7 @@ pub enum Command {
     Tenant(TenantArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
-    Doctor(DoctorArgs),
+    Doctor(Box<DoctorArgs>),
     /// Print every command and API request a flow would make, in order, with its waits, without
     /// doing anything (the flow's own steps, run against a simulation).
     Plan(Box<PlanArgs>),
