@@ -34,9 +34,14 @@ pub fn resolve(var: impl Fn(&str) -> Option<OsString>) -> Result<Vec<(&'static s
             return Err(format!("both {name} and {file_var} are set; set one of them"));
         }
         let path = Path::new(&path);
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {file_var} {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {file_var} {}: {e}", path.display()))?;
         let value = text.trim_end_matches(['\n', '\r']);
-        let value = if list { value.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(",") } else { value.to_string() };
+        let value = if list {
+            value.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(",")
+        } else {
+            value.to_string()
+        };
         if value.is_empty() {
             return Err(format!("{file_var} {} is empty", path.display()));
         }
@@ -94,7 +99,10 @@ mod tests {
         let db = d.file("db", "postgres://u:p@db/onramp\n");
         let tok = d.file("tok", "s3cret\r\n");
         let got = run(&[("DATABASE_URL_FILE", &db), ("ONRAMP_API_TOKEN_FILE", &tok), ("ONRAMP_LEASE", "5s")]).unwrap();
-        assert_eq!(got, vec![("DATABASE_URL", "postgres://u:p@db/onramp".into()), ("ONRAMP_API_TOKEN", "s3cret".into())]);
+        assert_eq!(
+            got,
+            vec![("DATABASE_URL", "postgres://u:p@db/onramp".into()), ("ONRAMP_API_TOKEN", "s3cret".into())]
+        );
         assert_eq!(run(&[("DATABASE_URL", "postgres://x")]).unwrap(), vec![]);
     }
 
@@ -104,7 +112,10 @@ mod tests {
         let lines = d.file("lines", "whsec_a\nwhsec_b\n\n");
         let commas = d.file("commas", "t1,t2\n");
         let got = run(&[("ONRAMP_WEBHOOK_SECRETS_FILE", &lines), ("ONRAMP_WEBHOOK_TOKENS_FILE", &commas)]).unwrap();
-        assert_eq!(got, vec![("ONRAMP_WEBHOOK_SECRETS", "whsec_a,whsec_b".into()), ("ONRAMP_WEBHOOK_TOKENS", "t1,t2".into())]);
+        assert_eq!(
+            got,
+            vec![("ONRAMP_WEBHOOK_SECRETS", "whsec_a,whsec_b".into()), ("ONRAMP_WEBHOOK_TOKENS", "t1,t2".into())]
+        );
     }
 
     #[test]
