@@ -100,15 +100,11 @@ def check_pod(doc, pod, configmaps, problems, label):
     if pod.get("serviceAccountName") == API_SA and pod.get("automountServiceAccountToken") is not False:
         problems.append(f"{label}: {name}: {API_SA} pods must not mount a token")
     volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    for c in pod.get("initContainers") or []:
+        check_container_security(f"{name} init container {c.get('name')}", c, problems, label)
     for c in pod.get("containers") or []:
         cname = f"{name} container {c.get('name')}"
-        sc = c.get("securityContext") or {}
-        if sc.get("readOnlyRootFilesystem") is not True:
-            problems.append(f"{label}: {cname}: readOnlyRootFilesystem must be true")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            problems.append(f"{label}: {cname}: allowPrivilegeEscalation must be false")
-        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
-            problems.append(f"{label}: {cname}: capabilities must drop ALL")
+        check_container_security(cname, c, problems, label)
         res = c.get("resources") or {}
         if not (res.get("requests") or {}).get("memory") or not (res.get("limits") or {}).get("memory"):
             problems.append(f"{label}: {cname}: needs memory requests and limits")
@@ -124,6 +120,16 @@ def check_pod(doc, pod, configmaps, problems, label):
                 missing = unmounted(value, mounts, volumes, configmaps)
                 if missing:
                     problems.append(f"{label}: {cname}: {var}={value}: {missing}")
+
+
+def check_container_security(cname, c, problems, label):
+    sc = c.get("securityContext") or {}
+    if sc.get("readOnlyRootFilesystem") is not True:
+        problems.append(f"{label}: {cname}: readOnlyRootFilesystem must be true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        problems.append(f"{label}: {cname}: allowPrivilegeEscalation must be false")
+    if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+        problems.append(f"{label}: {cname}: capabilities must drop ALL")
 
 
 def container_env(c, configmaps):
