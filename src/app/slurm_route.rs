@@ -103,16 +103,19 @@ fn need_file(p: &Option<PathBuf>, name: &str, what: &str) -> anyhow::Result<Path
     Ok(p)
 }
 
-/// OpenSSH refuses a private key others can read; say so now rather than at the first step.
+/// OpenSSH refuses a private key of its own user that others can read; say so now rather than
+/// at the first step. (A key owned by another user, e.g. root's from a Secret volume read
+/// through `fsGroup` with mode 0440, is accepted by ssh and here.)
 fn check_key_mode(p: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let mode = std::fs::metadata(p).with_context(|| format!("ONRAMP_SLURM_SSH_KEY_FILE: {}", p.display()))?.mode();
-    if mode & 0o077 != 0 {
+    let meta = std::fs::metadata(p).with_context(|| format!("ONRAMP_SLURM_SSH_KEY_FILE: {}", p.display()))?;
+    // /proc/self belongs to this process's effective user
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if Some(meta.uid()) == me && meta.mode() & 0o077 != 0 {
         bail!(
-            "ONRAMP_SLURM_SSH_KEY_FILE {} is readable by others (mode {:o}); ssh refuses it: chmod 600 it \
-             (or defaultMode: 0400 on the Secret volume)",
+            "ONRAMP_SLURM_SSH_KEY_FILE {} is readable by others (mode {:o}); ssh refuses it: chmod 600 it",
             p.display(),
-            mode & 0o777
+            meta.mode() & 0o777
         );
     }
     Ok(())
