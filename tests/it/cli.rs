@@ -97,7 +97,7 @@ fn plan_prints_a_flows_commands_in_order_and_changes_nothing() {
     let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from\n{out}"));
     assert!(at("wait 1m (durable timer)") < at("+ slurm          sacctmgr -i add user alice Account="));
     assert!(at("sacctmgr -i add user alice") < at("+ storage        weka fs quota set /home/alice"));
-    assert!(at("quota set /home/alice") < at("+ login/foo      mv -T -- /home/.onramp-new-alice /home/alice"));
+    assert!(at("quota set /home/alice") < at("+ login/tenant-foo mv -T -- /home/.onramp-new-alice /home/alice"));
     assert!(at("mv -T") < at("sudo -u alice -i sbatch --test-only"));
 
     let o = onramp(
