@@ -327,5 +327,9 @@ mod example {
         let r = super::TenantRegistry::load(std::path::Path::new(path)).unwrap();
         assert_eq!(r.tenants.len(), 2);
         assert_eq!(r.tenants[0].default_account.as_str(), "ml-team-foo");
+        // it shows the runbook's names, which are also what a tenant without the block gets
+        assert_eq!(r.tenants[0].kubernetes.namespace, "tenant-foo");
+        let bar = &r.tenants[1].kubernetes;
+        assert_eq!((bar.namespace.as_str(), bar.slurm_cluster.as_str()), ("tenant-bar", "cluster-tenant-bar"));
     }
 }
