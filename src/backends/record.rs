@@ -9,12 +9,13 @@ use std::time::Duration;
 use crate::backends::authentik::{Authentik, AuthentikFuture, User};
 use crate::backends::exec::{Command, RunFuture, Transport};
 use crate::backends::kubernetes::api::K8sFuture;
-use crate::backends::kubernetes::keys::{Applied, KeyState, secret_name};
+use crate::backends::kubernetes::keys::{Applied, KeyState};
 use crate::backends::kubernetes::tenant::{Deleted, TENANT_LABEL};
 use crate::backends::kubernetes::{K8sSettings, Kubernetes};
 use crate::backends::notify::{Message, Notifier, NotifyFuture, Recipient};
-use crate::domain::names::{TenantName, Username};
+use crate::domain::names::Username;
 use crate::domain::sshkey::PublicKey;
+use crate::domain::tenants::K8sNames;
 use crate::effects::EffectLog;
 
 /// Whether a command changes something. Reads: `sacctmgr -n -P show`, squeue, scontrol, ls, cat,
@@ -52,7 +53,7 @@ impl Transport for RecordingTransport {
 }
 
 /// Records each Kubernetes request (as method and path), then makes it on `inner`. Commands in
-/// pods go through recording transports (`slurm`, `login/<tenant>`).
+/// pods go through recording transports (`slurm`, `login/<namespace>`).
 pub struct RecordingK8s {
     pub inner: Arc<dyn Kubernetes>,
     pub settings: K8sSettings,
@@ -63,8 +64,8 @@ impl RecordingK8s {
     fn api(&self, method: &str, path: String, write: bool) {
         self.log.push("kubernetes", format!("{method} {path}"), write);
     }
-    fn secret(tenant: &TenantName) -> String {
-        format!("/api/v1/namespaces/{tenant}/secrets/{}", secret_name(tenant))
+    fn secret(n: &K8sNames) -> String {
+        format!("/api/v1/namespaces/{}/secrets/{}", n.namespace, n.keys_secret)
     }
     fn custom(&self, resource: &str, namespace: Option<&str>, name: &str) -> String {
         let mut parts = resource.splitn(3, '/');
@@ -78,59 +79,49 @@ impl RecordingK8s {
 }
 
 impl Kubernetes for RecordingK8s {
-    fn key_state<'a>(
-        &'a self,
-        tenant: &'a TenantName,
-        user: &'a Username,
-        key: &'a PublicKey,
-    ) -> K8sFuture<'a, KeyState> {
-        self.api("GET", Self::secret(tenant), false);
-        self.inner.key_state(tenant, user, key)
+    fn key_state<'a>(&'a self, n: &'a K8sNames, user: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, KeyState> {
+        self.api("GET", Self::secret(n), false);
+        self.inner.key_state(n, user, key)
     }
-    fn put_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied> {
-        self.api("PATCH", format!("{} (apply: key {} of {user})", Self::secret(tenant), key.fingerprint()), true);
-        self.inner.put_key(tenant, user, key)
+    fn put_key<'a>(&'a self, n: &'a K8sNames, user: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied> {
+        self.api("PATCH", format!("{} (apply: key {} of {user})", Self::secret(n), key.fingerprint()), true);
+        self.inner.put_key(n, user, key)
     }
-    fn remove_key<'a>(&'a self, tenant: &'a TenantName, user: &'a Username) -> K8sFuture<'a, Applied> {
-        self.api("PATCH", format!("{} (apply: remove the key of {user})", Self::secret(tenant)), true);
-        self.inner.remove_key(tenant, user)
+    fn remove_key<'a>(&'a self, n: &'a K8sNames, user: &'a Username) -> K8sFuture<'a, Applied> {
+        self.api("PATCH", format!("{} (apply: remove the key of {user})", Self::secret(n)), true);
+        self.inner.remove_key(n, user)
     }
-    fn apply_network_policy<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, ()> {
-        let path = format!("/apis/networking.k8s.io/v1/namespaces/{tenant}/networkpolicies/{tenant}-isolation");
+    fn apply_network_policy<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, ()> {
+        let path =
+            format!("/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies/{}", n.namespace, n.network_policy);
         self.api("PATCH", format!("{path} (apply)"), true);
-        self.inner.apply_network_policy(tenant)
+        self.inner.apply_network_policy(n)
     }
-    fn remove_node_labels<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, Vec<String>> {
-        self.api("PATCH", format!("/api/v1/nodes?labelSelector={TENANT_LABEL}={tenant} (remove the label)"), true);
-        self.inner.remove_node_labels(tenant)
+    fn remove_node_labels<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Vec<String>> {
+        let label = &n.node_label;
+        self.api("PATCH", format!("/api/v1/nodes?labelSelector={TENANT_LABEL}={label} (remove the label)"), true);
+        self.inner.remove_node_labels(n)
     }
-    fn restart_login<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, ()> {
-        let d = &self.settings.login_deployment;
-        self.api("PATCH", format!("/apis/apps/v1/namespaces/{tenant}/deployments/{d} (rollout restart)"), true);
-        self.inner.restart_login(tenant)
+    fn restart_login<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, ()> {
+        let (ns, d) = (&n.namespace, &n.login_deployment);
+        self.api("PATCH", format!("/apis/apps/v1/namespaces/{ns}/deployments/{d} (rollout restart)"), true);
+        self.inner.restart_login(n)
     }
-    fn delete_slurm_cluster<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, Deleted> {
-        let s = &self.settings;
-        let name = s.slurm_cluster_name.replace("{tenant}", tenant.as_str());
-        self.api("DELETE", self.custom(&s.slurm_cluster_resource, Some(tenant.as_str()), &name), true);
-        self.inner.delete_slurm_cluster(tenant)
+    fn delete_slurm_cluster<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Deleted> {
+        let path = self.custom(&self.settings.slurm_cluster_resource, Some(&n.namespace), &n.slurm_cluster);
+        self.api("DELETE", path, true);
+        self.inner.delete_slurm_cluster(n)
     }
-    fn delete_reservation<'a>(&'a self, tenant: &'a TenantName) -> K8sFuture<'a, Deleted> {
-        let s = &self.settings;
-        let name = s.reservation_name.replace("{tenant}", tenant.as_str());
-        let ns = match s.reservation_namespace.as_str() {
-            "" => Some(tenant.as_str()),
-            "-" => None,
-            other => Some(other),
-        };
-        self.api("DELETE", self.custom(&s.reservation_resource, ns, &name), true);
-        self.inner.delete_reservation(tenant)
+    fn delete_reservation<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Deleted> {
+        let ns = n.reservation_namespace.as_deref();
+        self.api("DELETE", self.custom(&self.settings.reservation_resource, ns, &n.reservation), true);
+        self.inner.delete_reservation(n)
     }
     fn slurmctld(&self) -> Arc<dyn Transport> {
         RecordingTransport::wrap("slurm", self.inner.slurmctld(), &self.log)
     }
-    fn login(&self, tenant: &TenantName) -> Arc<dyn Transport> {
-        RecordingTransport::wrap(&format!("login/{tenant}"), self.inner.login(tenant), &self.log)
+    fn login(&self, n: &K8sNames) -> Arc<dyn Transport> {
+        RecordingTransport::wrap(&format!("login/{}", n.namespace), self.inner.login(n), &self.log)
     }
 }
 

@@ -11,7 +11,7 @@ use super::sim::{self, DryConfig, SimAuthentik, World};
 use crate::backends::authentik::Authentik;
 use crate::backends::slurm::{Slurm, SlurmCli};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
-use crate::domain::tenants::TenantRegistry;
+use crate::domain::tenants::{K8sNames, TenantRegistry};
 use crate::effects::{Effect, EffectLog};
 use crate::engine::{Flow, Registry, Transition, simulate::simulate};
 use crate::flows::user_offboard::{self, USER_OFFBOARD};
@@ -52,6 +52,8 @@ pub struct PlanStep {
 pub struct Plan {
     pub flow: String,
     pub input: Value,
+    /// The tenant's names in Kubernetes the flow acts on (from the tenant registry).
+    pub kubernetes: K8sNames,
     /// What the simulation took to be true before the flow starts.
     pub assumptions: Vec<String>,
     pub steps: Vec<PlanStep>,
@@ -234,7 +236,32 @@ pub async fn plan(
         steps.push(PlanStep { step, effects, then: then(t) });
     })
     .await;
-    Ok(Plan { flow: req.flow.clone(), input, assumptions, steps, stopped: result.err() })
+    let kubernetes = t.kubernetes.clone();
+    Ok(Plan { flow: req.flow.clone(), input, kubernetes, assumptions, steps, stopped: result.err() })
+}
+
+/// The tenant's Kubernetes names on one line, as `kubectl` would name them.
+pub fn names_line(k: &K8sNames) -> String {
+    let login = match &k.login_pod {
+        Some(p) => format!("pod/{p}"),
+        None => format!("a Ready pod of deploy/{}", k.login_deployment),
+    };
+    let container = k.login_container.as_deref().map(|c| format!(" -c {c}")).unwrap_or_default();
+    let reservation = match &k.reservation_namespace {
+        Some(ns) => format!("{ns}/{}", k.reservation),
+        None => format!("{} (cluster-scoped)", k.reservation),
+    };
+    format!(
+        "namespace {ns} · secret {} · networkpolicy {} · login {login}{container} (deploy/{}) · slurmcluster {} · \
+         reservation {reservation} · nodes {}={}",
+        k.keys_secret,
+        k.network_policy,
+        k.login_deployment,
+        k.slurm_cluster,
+        crate::backends::kubernetes::tenant::TENANT_LABEL,
+        k.node_label,
+        ns = k.namespace,
+    )
 }
 
 impl Plan {
@@ -246,6 +273,7 @@ impl Plan {
     /// For people: numbered steps with their calls (reads marked) and what follows.
     pub fn text(&self) -> String {
         let mut out = format!("plan of {} {}\n", self.flow, self.input);
+        out.push_str(&format!("  names: {}\n", names_line(&self.kubernetes)));
         for a in &self.assumptions {
             out.push_str(&format!("  assumes: {a}\n"));
         }

@@ -23,18 +23,18 @@ use crate::backends::notify::{Message, Notifier, NotifyFuture, Recipient};
 use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use crate::backends::slurm::{HostPath, SlurmCli};
 use crate::backends::storage::{CommandStorage, StorageSettings};
-use crate::domain::names::{ClusterName, TenantName, Username};
+use crate::domain::names::{ClusterName, Username};
 use crate::domain::sshkey::PublicKey;
-use crate::domain::tenants::TenantRegistry;
+use crate::domain::tenants::{K8sNames, TenantRegistry};
 use crate::effects::EffectLog;
 use crate::flows::{Backends, Timings};
 
 #[derive(Default)]
 struct State {
     slurm: SlurmSim,
-    /// Paths in login pods (`tenant:path`) with their owner `uid:gid`.
+    /// Paths in login pods (`namespace:path`) with their owner `uid:gid`.
     paths: BTreeMap<String, String>,
-    /// Key Secrets: (tenant, user) → key line.
+    /// Key Secrets: (`namespace/secret`, user) → key line.
     keys: BTreeMap<(String, String), String>,
 }
 
@@ -56,7 +56,7 @@ impl World {
 
     /// Commands on the slurmctld host.
     pub fn slurm_host(self: &Arc<Self>) -> Arc<dyn Transport> {
-        Arc::new(Host { world: self.clone(), tenant: None })
+        Arc::new(Host { world: self.clone(), login: None })
     }
 }
 
@@ -68,10 +68,15 @@ fn status(code: i32) -> Output {
     Output { code, ..Default::default() }
 }
 
-/// The slurmctld host (`tenant: None`) or a tenant's login pod.
+/// The slurmctld host (`login: None`) or a tenant's login pod.
 struct Host {
     world: Arc<World>,
-    tenant: Option<TenantName>,
+    login: Option<K8sNames>,
+}
+
+/// Where a tenant's keys are: its Secret.
+fn secret(n: &K8sNames) -> String {
+    format!("{}/{}", n.namespace, n.keys_secret)
 }
 
 impl Host {
@@ -87,9 +92,9 @@ impl Host {
         Some((user, &argv[template.len()..]))
     }
 
-    fn login(&self, tenant: &TenantName, cmd: &Command) -> Output {
+    fn login(&self, tenant: &K8sNames, cmd: &Command) -> Output {
         let argv = cmd.argv();
-        let key = |p: &str| format!("{tenant}:{p}");
+        let key = |p: &str| format!("{}:{p}", tenant.namespace);
         let last = argv.last().cloned().unwrap_or_default();
         let home_root = self.world.settings.home_root.trim_end_matches('/').to_string();
         let keys_dir = self.world.settings.authorized_keys_dir.trim_end_matches('/').to_string();
@@ -159,14 +164,14 @@ impl Host {
     }
 }
 
-fn keyfile(s: &State, tenant: &TenantName, dir: &str, path: &str) -> Option<String> {
+fn keyfile(s: &State, tenant: &K8sNames, dir: &str, path: &str) -> Option<String> {
     let user = path.strip_prefix(dir)?.strip_prefix('/')?;
-    s.keys.get(&(tenant.to_string(), user.to_string())).cloned()
+    s.keys.get(&(secret(tenant), user.to_string())).cloned()
 }
 
 impl Transport for Host {
     fn run<'a>(&'a self, cmd: &'a Command, _: Duration) -> RunFuture<'a> {
-        answer(match &self.tenant {
+        answer(match &self.login {
             None => self.world.with(|s| s.slurm.run(cmd)),
             Some(t) => self.login(t, cmd),
         })
@@ -191,8 +196,8 @@ fn done<'a, T: Send + 'a>(v: T) -> K8sFuture<'a, T> {
 }
 
 impl Kubernetes for SimK8s {
-    fn key_state<'a>(&'a self, t: &'a TenantName, u: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, KeyState> {
-        let k = (t.to_string(), u.to_string());
+    fn key_state<'a>(&'a self, t: &'a K8sNames, u: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, KeyState> {
+        let k = (secret(t), u.to_string());
         let found = self.0.with(|s| s.keys.entry(k).or_insert_with(|| key.to_line()).clone());
         done(match PublicKey::parse(&found) {
             Ok(f) if &f == key => KeyState::Matches,
@@ -200,34 +205,34 @@ impl Kubernetes for SimK8s {
             Err(_) => KeyState::Missing,
         })
     }
-    fn put_key<'a>(&'a self, t: &'a TenantName, u: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied> {
-        let old = self.0.with(|s| s.keys.insert((t.to_string(), u.to_string()), key.to_line()));
+    fn put_key<'a>(&'a self, t: &'a K8sNames, u: &'a Username, key: &'a PublicKey) -> K8sFuture<'a, Applied> {
+        let old = self.0.with(|s| s.keys.insert((secret(t), u.to_string()), key.to_line()));
         done(if old.as_deref() == Some(key.to_line().as_str()) { Applied::Unchanged } else { Applied::Changed })
     }
-    fn remove_key<'a>(&'a self, t: &'a TenantName, u: &'a Username) -> K8sFuture<'a, Applied> {
-        let old = self.0.with(|s| s.keys.remove(&(t.to_string(), u.to_string())));
+    fn remove_key<'a>(&'a self, t: &'a K8sNames, u: &'a Username) -> K8sFuture<'a, Applied> {
+        let old = self.0.with(|s| s.keys.remove(&(secret(t), u.to_string())));
         done(if old.is_some() { Applied::Changed } else { Applied::Unchanged })
     }
-    fn apply_network_policy<'a>(&'a self, _: &'a TenantName) -> K8sFuture<'a, ()> {
+    fn apply_network_policy<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, ()> {
         done(())
     }
-    fn remove_node_labels<'a>(&'a self, _: &'a TenantName) -> K8sFuture<'a, Vec<String>> {
+    fn remove_node_labels<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Vec<String>> {
         done(vec![])
     }
-    fn restart_login<'a>(&'a self, _: &'a TenantName) -> K8sFuture<'a, ()> {
+    fn restart_login<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, ()> {
         done(())
     }
-    fn delete_slurm_cluster<'a>(&'a self, _: &'a TenantName) -> K8sFuture<'a, Deleted> {
+    fn delete_slurm_cluster<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Deleted> {
         done(Deleted::Deleted)
     }
-    fn delete_reservation<'a>(&'a self, _: &'a TenantName) -> K8sFuture<'a, Deleted> {
+    fn delete_reservation<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Deleted> {
         done(Deleted::Deleted)
     }
     fn slurmctld(&self) -> Arc<dyn Transport> {
         self.0.slurm_host()
     }
-    fn login(&self, tenant: &TenantName) -> Arc<dyn Transport> {
-        Arc::new(Host { world: self.0.clone(), tenant: Some(tenant.clone()) })
+    fn login(&self, tenant: &K8sNames) -> Arc<dyn Transport> {
+        Arc::new(Host { world: self.0.clone(), login: Some(tenant.clone()) })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::backends::notify::Notifier;
 use crate::backends::slurm::{HostPath, Slurm, SlurmError};
 use crate::backends::storage::{Storage, StorageError};
 use crate::domain::names::TenantName;
-use crate::domain::tenants::{Tenant, TenantRegistry};
+use crate::domain::tenants::{K8sNames, Tenant, TenantRegistry};
 use crate::engine::Transition;
 
 /// The runbook's waits and deadlines.
@@ -106,6 +106,11 @@ impl Backends {
             .ok_or_else(|| Transition::Fail(format!("tenant {name:?} is not in the tenant registry")))
     }
 
+    /// The tenant's names in Kubernetes, as the registry resolved them.
+    pub fn k8s_names(&self, tenant: &TenantName) -> Result<&K8sNames, Transition> {
+        Ok(&self.tenant(tenant.as_str())?.kubernetes)
+    }
+
     /// The retry policy of the user and tenant flows' steps.
     pub fn policy(&self, max_attempts: u32) -> crate::engine::RetryPolicy {
         crate::engine::RetryPolicy {
@@ -117,8 +122,9 @@ impl Backends {
         }
     }
 
-    pub fn login(&self, tenant: &TenantName) -> LoginPod {
-        LoginPod::new(self.k8s.login(tenant), self.k8s_settings.clone(), self.command_timeout)
+    /// The tenant's login pod.
+    pub fn login(&self, names: &K8sNames) -> LoginPod {
+        LoginPod::new(self.k8s.login(names), self.k8s_settings.clone(), self.command_timeout)
     }
 }
 

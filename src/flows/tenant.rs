@@ -123,8 +123,9 @@ impl TenantOnboard {
                 Ok(Transition::Done(json!({ "created": e.created, "changed": e.changed, "accounts": accounts })))
             }
             OnboardStep::NetworkPolicy => {
-                b.k8s.apply_network_policy(&name).await.step("apply the tenant's NetworkPolicy")?;
-                Ok(Transition::Done(json!({ "network_policy": format!("{name}-isolation"), "namespace": name })))
+                let k = &t.kubernetes;
+                b.k8s.apply_network_policy(k).await.step("apply the tenant's NetworkPolicy")?;
+                Ok(Transition::Done(json!({ "network_policy": k.network_policy, "namespace": k.namespace })))
             }
             OnboardStep::ScratchQuota => {
                 let Some(q) = &t.quotas.scratch else {
@@ -224,8 +225,10 @@ impl TenantOffboard {
             }
             OffboardStep::Drain => drain::drain(b, &scope, "the tenant's", input.hard_cutoff, ctx).await,
             OffboardStep::DeleteCluster => {
-                let d = b.k8s.delete_slurm_cluster(&name).await.step("delete the Slurm cluster resource")?;
-                Ok(Transition::Done(json!({ "slurm_cluster": format!("{d:?}") })))
+                let k = &t.kubernetes;
+                let d = b.k8s.delete_slurm_cluster(k).await.step("delete the Slurm cluster resource")?;
+                Ok(Transition::Done(json!({ "slurm_cluster": format!("{d:?}"), "name": k.slurm_cluster,
+                                            "namespace": k.namespace })))
             }
             OffboardStep::Snapshot => snapshot(b, &t, &name).await,
             OffboardStep::Archive => {
@@ -233,9 +236,13 @@ impl TenantOffboard {
                 Ok(Transition::done(&Archived { directory: r.directory, written: r.written, message: r.message }))
             }
             OffboardStep::ReleaseNodes => {
-                let nodes = b.k8s.remove_node_labels(&name).await.step("remove the tenant's node labels")?;
-                let r = b.k8s.delete_reservation(&name).await.step("delete the tenant's Reservation")?;
-                Ok(Transition::Done(json!({ "unlabelled": nodes, "reservation": format!("{r:?}") })))
+                let k = &t.kubernetes;
+                let nodes = b.k8s.remove_node_labels(k).await.step("remove the tenant's node labels")?;
+                let r = b.k8s.delete_reservation(k).await.step("delete the tenant's Reservation")?;
+                Ok(Transition::Done(
+                    json!({ "unlabelled": nodes, "label": k.node_label, "reservation": format!("{r:?}"),
+                                            "reservation_name": k.reservation }),
+                ))
             }
             OffboardStep::Retention => Ok(if ctx.waited {
                 Transition::Done(json!({ "retained_secs": b.timings.retention.as_secs() }))

@@ -206,7 +206,8 @@ async fn disable(b: &Backends, n: &Names) -> StepResult {
     };
     let mut key_removed = false;
     if b.k8s_settings.manage_keys {
-        let a = b.k8s.remove_key(&n.tenant, &n.user).await.step("remove the key from the Secret")?;
+        let k = b.k8s_names(&n.tenant)?;
+        let a = b.k8s.remove_key(k, &n.user).await.step("remove the key from the Secret")?;
         key_removed = a == crate::backends::kubernetes::keys::Applied::Changed;
     }
     let email = user.map(|u| u.email).unwrap_or_default();

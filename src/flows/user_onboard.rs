@@ -145,9 +145,9 @@ impl UserOnboard {
             Step::SlurmAssociation => association(b, &n).await,
             Step::HomeQuota => home_quota(b, &n).await,
             Step::HomeDirectory => {
-                let r = resolved(ctx)?;
-                let out = b.login(&n.tenant).ensure_home(&n.user, r.uid, r.gid).await.step("create $HOME")?;
-                let home = b.login(&n.tenant).home(&n.user);
+                let (r, login) = (resolved(ctx)?, b.login(b.k8s_names(&n.tenant)?));
+                let out = login.ensure_home(&n.user, r.uid, r.gid).await.step("create $HOME")?;
+                let home = login.home(&n.user);
                 Ok(Transition::Done(json!({ "home": home, "created": out == HomeOutcome::Created,
                                             "owner": format!("{}:{}", r.uid, r.gid) })))
             }
@@ -256,22 +256,18 @@ async fn resolve(b: &Backends, n: &Names, input: &Input) -> StepResult {
 async fn key_in_secret(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let r = resolved(ctx)?;
     let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
-    let mut wrote = false;
+    let (mut wrote, k) = (false, b.k8s_names(&n.tenant)?);
     if b.k8s_settings.manage_keys {
-        let applied = b.k8s.put_key(&n.tenant, &n.user, &key).await.step("write the key into the Secret")?;
+        let applied = b.k8s.put_key(k, &n.user, &key).await.step("write the key into the Secret")?;
         wrote = applied == crate::backends::kubernetes::keys::Applied::Changed;
     }
-    let state = b.k8s.key_state(&n.tenant, &n.user, &key).await.step("read the tenant's key Secret")?;
+    let state = b.k8s.key_state(k, &n.user, &key).await.step("read the tenant's key Secret")?;
     Ok(match state {
-        KeyState::Matches => {
-            Transition::Done(json!({ "secret": crate::backends::kubernetes::keys::secret_name(&n.tenant),
-                                                     "fingerprint": r.fingerprint, "written": wrote }))
-        }
+        KeyState::Matches => Transition::Done(json!({ "secret": k.keys_secret, "namespace": k.namespace,
+                                                      "fingerprint": r.fingerprint, "written": wrote })),
         other if ctx.poll_expired() => Transition::Fail(format!(
-            "the key {} of {} did not appear in Secret {} in time ({other:?}): is the Authentik→Secret sync running?",
-            r.fingerprint,
-            n.user,
-            crate::backends::kubernetes::keys::secret_name(&n.tenant)
+            "the key {} of {} did not appear in Secret {}/{} in time ({other:?}): is the Authentik→Secret sync running?",
+            r.fingerprint, n.user, k.namespace, k.keys_secret
         )),
         _ => Transition::Poll { every: b.timings.key_poll, for_at_most: b.timings.key_deadline },
     })
@@ -319,7 +315,8 @@ async fn home_quota(b: &Backends, n: &Names) -> StepResult {
 async fn key_projected(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let r = resolved(ctx)?;
     let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
-    let state = b.login(&n.tenant).key_projected(&n.user, &key).await.step("read the key in the login pod")?;
+    let login = b.login(b.k8s_names(&n.tenant)?);
+    let state = login.key_projected(&n.user, &key).await.step("read the key in the login pod")?;
     Ok(match state {
         KeyState::Matches => Transition::done(&Projected { projected: true, found: None }),
         _ if !ctx.waited => Transition::Wait(b.timings.propagation),
@@ -333,21 +330,19 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     if ctx.output_of::<Projected>(Step::KeyProjected.name()).is_some_and(|p| p.projected) {
         return Ok(Transition::Done(json!({ "restarted": false })));
     }
-    let r = resolved(ctx)?;
+    let (r, k) = (resolved(ctx)?, b.k8s_names(&n.tenant)?);
     if !ctx.waited {
-        b.k8s.restart_login(&n.tenant).await.step("rollout restart the login Deployment")?;
+        b.k8s.restart_login(k).await.step("rollout restart the login Deployment")?;
         return Ok(Transition::Wait(b.timings.restart_wait));
     }
     let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
-    Ok(match b.login(&n.tenant).key_projected(&n.user, &key).await.step("read the key in the login pod")? {
-        KeyState::Matches => Transition::Done(json!({ "restarted": true })),
+    Ok(match b.login(k).key_projected(&n.user, &key).await.step("read the key in the login pod")? {
+        KeyState::Matches => Transition::Done(json!({ "restarted": true, "deployment": k.login_deployment })),
         other => Transition::Fail(format!(
-            "the key {} of {} is in Secret {} but not projected in the login pod even after a rollout restart ({other:?}): \
-             check the Secret's mount at {} on the login pod (race between the Secret and kubelet projecting it)",
-            r.fingerprint,
-            n.user,
-            crate::backends::kubernetes::keys::secret_name(&n.tenant),
-            b.k8s_settings.authorized_keys_dir
+            "the key {} of {} is in Secret {}/{} but not projected in the login pod even after a rollout restart of \
+             {} ({other:?}): check the Secret's mount at {} on the login pod (race between the Secret and kubelet \
+             projecting it)",
+            r.fingerprint, n.user, k.namespace, k.keys_secret, k.login_deployment, b.k8s_settings.authorized_keys_dir
         )),
     })
 }
@@ -355,7 +350,8 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
 /// Runbook step 6: as the user, uid/gid match, `sbatch --test-only` succeeds, association visible.
 async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let r = resolved(ctx)?;
-    let rep = b.login(&n.tenant).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
+    let rep =
+        b.login(b.k8s_names(&n.tenant)?).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
     let problems = rep.problems();
     if !problems.is_empty() {
         return Ok(Transition::Fail(format!("smoke test as {} failed: {}", n.user, problems.join("; "))));

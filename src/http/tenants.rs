@@ -1,7 +1,8 @@
-//! /v1/tenants: each tenant of the registry with its limits, teams, quotas, member counts, jobs in
-//! flight and drift; /v1/drift: the latest full reconcile's report. Member counts and drift come
-//! from the latest finished reconcile of the tenant (`reconcile.full` or `reconcile.tenant`), with
-//! the time it was measured; `null` until one has run. A tenant-scoped token sees its own tenant.
+//! /v1/tenants: each tenant of the registry with its limits, teams, quotas, Kubernetes names,
+//! member counts, jobs in flight and drift; /v1/drift: the latest full reconcile's report. Member
+//! counts and drift come from the latest finished reconcile of the tenant (`reconcile.full` or
+//! `reconcile.tenant`), with the time it was measured; `null` until one has run. A tenant-scoped
+//! token sees its own tenant.
 
 use std::collections::BTreeMap;
 
@@ -129,6 +130,7 @@ async fn summaries(s: &AppState, tenants: &[&Tenant]) -> Result<Vec<Value>, Prob
                 "user_defaults": t.user_defaults,
                 "quotas": t.quotas,
                 "teams": t.teams,
+                "kubernetes": t.kubernetes,
                 "members": members,
                 "jobs_in_flight": {
                     "total": by_kind.values().sum::<i64>(),

@@ -87,6 +87,33 @@ fn a_database_that_does_not_answer_is_one_line_without_the_password() {
 
 const TENANTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
 
+/// Two tenants' Kubernetes names collide: `serve` does not start, and says in one line which
+/// setting to change.
+#[test]
+fn a_registry_whose_kubernetes_names_collide_stops_onramp_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tenants.yaml");
+    let yaml = "tenants:\n  - { name: foo, group: g1 }\n  - name: bar\n    group: g2\n    kubernetes: { namespace: tenant-foo }\n";
+    std::fs::write(&path, yaml).unwrap();
+    let env = [
+        ("DATABASE_URL", "postgres://x@127.0.0.1:1/x"),
+        ("ONRAMP_TENANTS", path.to_str().unwrap()),
+        ("ONRAMP_AUTHENTIK_URL", "http://127.0.0.1:1"),
+        ("ONRAMP_AUTHENTIK_TOKEN", "t"),
+        ("ONRAMP_WEBHOOK_TOKENS", "t"),
+    ];
+    let o = onramp(&["serve"], &env);
+    assert!(!o.status.success());
+    let line = stderr_line(&o);
+    assert!(
+        line.ends_with(
+            "line 5: tenants[1].kubernetes.namespace: namespace tenant-foo is already tenant foo's; two tenants \
+             cannot share it: set tenants[1].kubernetes.namespace"
+        ),
+        "{line}"
+    );
+}
+
 #[test]
 fn plan_prints_a_flows_commands_in_order_and_changes_nothing() {
     let o = onramp(&["plan", "user.onboard", "--tenant", "foo", "--user", "alice", "--tenants", TENANTS], &[]);
@@ -97,8 +124,11 @@ fn plan_prints_a_flows_commands_in_order_and_changes_nothing() {
     let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} missing from\n{out}"));
     assert!(at("wait 1m (durable timer)") < at("+ slurm          sacctmgr -i add user alice Account="));
     assert!(at("sacctmgr -i add user alice") < at("+ storage        weka fs quota set /home/alice"));
-    assert!(at("quota set /home/alice") < at("+ login/foo      mv -T -- /home/.onramp-new-alice /home/alice"));
+    assert!(at("quota set /home/alice") < at("+ login/tenant-foo mv -T -- /home/.onramp-new-alice /home/alice"));
     assert!(at("mv -T") < at("sudo -u alice -i sbatch --test-only"));
+    // the names it acts on, from the registry
+    assert!(at("names: namespace tenant-foo · secret tenant-foo-authorized-keys") < at("1. preflight"));
+    assert!(out.contains("login pod/login-0 (deploy/login) · slurmcluster cluster-tenant-foo"), "{out}");
 
     let o = onramp(
         &["plan", "user.offboard", "--tenant", "foo", "--user", "alice", "--tenants", TENANTS, "--json"],

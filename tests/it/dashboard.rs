@@ -191,6 +191,11 @@ async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
     // the onboardings and the offboarding it started wait (stand-ins): in flight, live
     reads(foo("in-flight"), "3").await;
     assert_eq!(text_of(&c, &foo("teams")).await.as_deref(), Some("ml-team-foo (tenant-foo-ml)"));
+    // the names onramp uses in Kubernetes: the runbook's
+    assert_eq!(text_of(&c, &foo("k8s-namespace")).await.as_deref(), Some("namespace tenant-foo"));
+    assert_eq!(text_of(&c, &foo("k8s-secret")).await.as_deref(), Some("secret tenant-foo-authorized-keys"));
+    assert_eq!(text_of(&c, &foo("k8s-cluster")).await.as_deref(), Some("slurmcluster cluster-tenant-foo"));
+    assert_eq!(text_of(&c, &foo("k8s-nodes")).await.as_deref(), Some("nodes reserved.tenant=tenant-foo"));
     reads("[data-tenant=bar] [data-testid=members]".into(), "0").await;
 
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");

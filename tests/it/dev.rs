@@ -66,7 +66,7 @@ async fn dev_onboards_and_offboards_on_the_simulated_cluster() {
         })
     };
     printed("[dry-run] + slurm          sacctmgr -i add user alice,bob Account=ml-team-demo").await;
-    printed("[dry-run] + login/demo     mv -T -- /home/.onramp-new-alice /home/alice").await;
+    printed("[dry-run] + login/tenant-demo mv -T -- /home/.onramp-new-alice /home/alice").await;
     // dave, who left the group: blocked, deactivated, now in the retention wait.
     let off = eventually(Duration::from_secs(60), "dave's offboarding to reach retention", || async {
         jobs("user.offboard").await.into_iter().find(|j| j["step"] == "retention" && j["state"] == "waiting")

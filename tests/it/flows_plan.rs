@@ -105,12 +105,20 @@ async fn the_plans_of_a_tenant_onboarding_and_offboarding_are_what_the_real_runs
     h.sync_key();
     h.run_to_success(job(&h, USER_ONBOARD)).await;
     let p = plan_of(&h, TENANT_OFFBOARD, false).await;
+    // the plan names what it acts on: the runbook's names of this tenant
+    assert_eq!(p.kubernetes, h.names);
+    let (ns, a) = (format!("tenant-{}", h.tenant), &h.account);
+    let names = format!("names: namespace {ns} · secret {ns}-authorized-keys · networkpolicy {ns}-isolation");
+    assert!(p.text().contains(&names), "{}", p.text());
     let real = real_run(&h, onramp::flows::tenant::job(TENANT_OFFBOARD, &h.tenant, Actor::cli("test"))).await;
     assert_eq!(calls(&p.writes()), calls(&real), "plan:\n{}", p.text());
     let text = calls(&real).join("\n");
     let carol = format!("offboard-{UNIX_USER}-");
+    let cluster = format!("DELETE /apis/slurm.nebius.ai/v1/namespaces/{ns}/slurmclusters/cluster-{a}");
+    let reservation = format!("DELETE /apis/slurm.nebius.ai/v1/namespaces/{ns}/reservations/{a}-reservation");
+    let label = format!("labelSelector=reserved.tenant={a} ");
     for want in
-        ["GrpJobs=0", "DELETE /apis/slurm.nebius.ai", "snapshot create", &carol, "archive dump", "delete account"]
+        ["GrpJobs=0", &cluster, &reservation, &label, "snapshot create", &carol, "archive dump", "delete account"]
     {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }

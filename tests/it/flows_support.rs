@@ -17,7 +17,7 @@ use onramp::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifi
 use onramp::backends::slurm::{HostPath, Slurm, SlurmCli};
 use onramp::backends::storage::{Backend, CommandStorage, StorageSettings};
 use onramp::domain::names::ClusterName;
-use onramp::domain::tenants::TenantRegistry;
+use onramp::domain::tenants::{K8sNames, TenantRegistry};
 use onramp::dryrun::sim::DryConfig;
 use onramp::effects::EffectLog;
 use onramp::engine::Engine;
@@ -57,6 +57,8 @@ pub struct Harness {
     pub root: tempfile::TempDir,
     pub storage_dir: tempfile::TempDir,
     pub tenant: String,
+    /// The tenant's Kubernetes names (the runbook's: namespace `tenant-<tenant>`, …).
+    pub names: K8sNames,
     pub account: String,
     pub team: String,
     pub group: String,
@@ -100,14 +102,15 @@ impl Harness {
              default_team: {team}\n    teams:\n      - {{ account: {team}, group: {id}-ml, fairshare: 200 }}\n"
         );
         let registry = Arc::new(TenantRegistry::parse(&tenants, "test").unwrap());
+        let names = registry.tenant(&tenant).unwrap().kubernetes.clone();
 
         // Kubernetes: slurmctld (runs the real sacctmgr here), the tenant's login pod and Deployment.
         let k8s = FakeK8s::start().await;
         let app = json!({"app": "slurmctld"});
         k8s.deployment("slurm-control", "slurmctld", app.clone());
         k8s.pod("slurm-control", "slurmctld-1", app, true);
-        k8s.pod(&tenant, "login-0", json!({"app": "login"}), true);
-        k8s.deployment(&tenant, "login", json!({"app": "login"}));
+        k8s.pod(&names.namespace, "login-0", json!({"app": "login"}), true);
+        k8s.deployment(&names.namespace, "login", json!({"app": "login"}));
         let root = tempfile::Builder::new().prefix("onramp-flows-").tempdir().unwrap();
         for d in ["home", "skel", "keys"] {
             std::fs::create_dir_all(root.path().join(d)).unwrap();
@@ -232,6 +235,7 @@ impl Harness {
             root,
             storage_dir,
             tenant,
+            names,
             account,
             team,
             group,
@@ -266,10 +270,10 @@ impl Harness {
     pub fn sync_key(&self) {
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{KEY}\n"));
-        let name = format!("{}-authorized-keys", self.tenant);
+        let (ns, name) = (&self.names.namespace, &self.names.keys_secret);
         self.k8s.put(
-            &format!("/api/v1/namespaces/{}/secrets/{name}", self.tenant),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.tenant},
+            &format!("/api/v1/namespaces/{ns}/secrets/{name}"),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
                    "data": { UNIX_USER: b64 }}),
         );
         std::fs::write(self.root.path().join("keys").join(UNIX_USER), format!("{KEY}\n")).unwrap();

@@ -28,7 +28,10 @@ async fn a_tenant_is_onboarded_and_offboarded_in_order() {
     assert!(rows.iter().any(|r| r[0] == h.team && r[1].is_empty()), "{rows:?}");
     assert!(rows.iter().any(|r| r[0] == h.team && r[1] == UNIX_USER), "member added in the batch: {rows:?}");
     assert_eq!(j.outputs["members"]["batches"][0]["users"], json!([UNIX_USER]), "{}", j.outputs);
-    let np = format!("/apis/networking.k8s.io/v1/namespaces/{0}/networkpolicies/{0}-isolation", h.tenant);
+    // the runbook's names: namespace tenant-<name>, the rest after the namespace or the account
+    let ns = format!("tenant-{}", h.tenant);
+    assert_eq!(h.names.namespace, ns);
+    let np = format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{ns}-isolation");
     assert!(h.k8s.get(&np).is_some(), "{:?}", h.k8s.requests());
     assert!(
         h.storage_calls().iter().any(|c| c.join(" ").contains(&format!("quota set /tenant/{}/scratch", h.tenant))),
@@ -41,12 +44,16 @@ async fn a_tenant_is_onboarded_and_offboarded_in_order() {
     wait_state(&h.engine, onboard, "succeeded", T).await;
 
     // The tenant's Kubernetes objects the offboarding removes.
-    let cr = format!("/apis/slurm.nebius.ai/v1/namespaces/{0}/slurmclusters/cluster-{0}", h.tenant);
-    h.k8s.put(&cr, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "SlurmCluster", "metadata": {"name": format!("cluster-{}", h.tenant), "namespace": h.tenant}}));
-    let res = format!("/apis/slurm.nebius.ai/v1/namespaces/{0}/reservations/{0}-reservation", h.tenant);
-    h.k8s.put(&res, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "Reservation", "metadata": {"name": format!("{}-reservation", h.tenant), "namespace": h.tenant}}));
+    let a = &h.account;
+    let cr = format!("/apis/slurm.nebius.ai/v1/namespaces/{ns}/slurmclusters/cluster-{a}");
+    h.k8s.put(&cr, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "SlurmCluster", "metadata": {"name": format!("cluster-{a}"), "namespace": ns}}));
+    let res = format!("/apis/slurm.nebius.ai/v1/namespaces/{ns}/reservations/{a}-reservation");
+    h.k8s.put(&res, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "Reservation", "metadata": {"name": format!("{a}-reservation"), "namespace": ns}}));
     let node = format!("/api/v1/nodes/gpu-{}", h.tenant);
-    h.k8s.put(&node, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("gpu-{}", h.tenant), "labels": {"reserved.tenant": h.tenant, "kind": "gpu"}}}));
+    h.k8s.put(&node, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("gpu-{}", h.tenant), "labels": {"reserved.tenant": a, "kind": "gpu"}}}));
+    // another tenant's node (its label is the tenant name, not this tenant's account) is left alone
+    let other = format!("/api/v1/nodes/gpu-other-{}", h.tenant);
+    h.k8s.put(&other, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("gpu-other-{}", h.tenant), "labels": {"reserved.tenant": h.tenant}}}));
 
     let id = h.engine.enqueue(&[job(TENANT_OFFBOARD, &h.tenant, Actor::cli("ops"))]).await.unwrap()[0].id;
     let done = eventually(T, "the tenant offboarding to end", || async {
@@ -58,6 +65,7 @@ async fn a_tenant_is_onboarded_and_offboarded_in_order() {
     assert!(h.k8s.get(&cr).is_none(), "the SlurmCluster is deleted");
     assert!(h.k8s.get(&res).is_none(), "the Reservation is deleted");
     assert_eq!(h.k8s.get(&node).unwrap()["metadata"]["labels"], json!({"kind": "gpu"}));
+    assert_eq!(h.k8s.get(&other).unwrap()["metadata"]["labels"], json!({"reserved.tenant": h.tenant}));
     assert!(h.assocs().await.is_empty(), "accounts deleted: {:?}", h.assocs().await);
     let snaps: Vec<String> = h.storage_calls().iter().map(|c| c.join(" ")).filter(|c| c.contains("snapshot")).collect();
     assert!(snaps.iter().any(|c| c.contains(&format!("offboard-final-{}", h.tenant))), "{snaps:?}");

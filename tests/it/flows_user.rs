@@ -86,7 +86,7 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
         assoc.iter().any(|c| c.starts_with(&format!("true slurm sacctmgr -i add user {UNIX_USER} Account="))),
         "{assoc:?}"
     );
-    assert!(calls("home_directory").iter().any(|c| c.starts_with(&format!("true login/{} mv -T", h.tenant))));
+    assert!(calls("home_directory").iter().any(|c| c.starts_with(&format!("true login/{} mv -T", h.names.namespace))));
     assert!(calls("notify").iter().any(|c| c.starts_with("true notify send")), "{:?}", calls("notify"));
     assert!(calls("resolve_user").iter().all(|c| c.starts_with("false authentik GET")), "{:?}", calls("resolve_user"));
 
@@ -110,7 +110,7 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
         h.k8s
             .requests()
             .iter()
-            .any(|(_, u)| u.contains(&format!("/namespaces/{}/secrets/{}-authorized-keys", h.tenant, h.tenant))),
+            .any(|(_, u)| u.contains(&format!("/namespaces/tenant-{0}/secrets/tenant-{0}-authorized-keys", h.tenant))),
         "{:?}",
         h.k8s.requests()
     );
@@ -186,7 +186,8 @@ async fn a_failure_at_each_onboarding_step_converges_without_repeating_effects()
         h.k8s
             .requests()
             .iter()
-            .any(|(m, u)| m == Method::PATCH && u.contains(&format!("/namespaces/{}/deployments/login", h.tenant))),
+            .any(|(m, u)| m == Method::PATCH
+                && u.contains(&format!("/namespaces/{}/deployments/login", h.names.namespace))),
         "rollout restart: {:?}",
         h.k8s.requests()
     );

@@ -186,6 +186,17 @@ async fn tenants_and_drift_come_from_the_latest_reconcile() {
     );
     assert_eq!(foo["teams"][0]["account"], "ml-team-foo");
     assert_eq!(foo["user_defaults"]["max_jobs"], 20);
+    // the Kubernetes names onramp uses for it: the runbook's
+    let k = &foo["kubernetes"];
+    assert_eq!(
+        (k["namespace"].as_str(), k["keys_secret"].as_str()),
+        (Some("tenant-foo"), Some("tenant-foo-authorized-keys"))
+    );
+    assert_eq!(
+        (k["slurm_cluster"].as_str(), k["reservation"].as_str()),
+        (Some("cluster-tenant-foo"), Some("tenant-foo-reservation"))
+    );
+    assert_eq!((k["node_label"].as_str(), k["login_pod"].as_str()), (Some("tenant-foo"), Some("login-0")));
     assert_eq!(get(&a, &ops, "/v1/drift").await.0, StatusCode::NOT_FOUND);
 
     let w = TestWorker::start(&a.engine, worker_config("w1", Duration::from_secs(5)));

@@ -9,6 +9,7 @@ use onramp::backends::kubernetes::keys::{Applied, KeyState};
 use onramp::backends::kubernetes::tenant::Deleted;
 use onramp::domain::names::Username;
 use onramp::domain::sshkey::PublicKey;
+use onramp::domain::tenants::K8sNames;
 use serde_json::json;
 
 use crate::fake_k8s::Fault;
@@ -104,13 +105,17 @@ async fn tenant_resources() {
     assert_eq!(k8s.delete_slurm_cluster(&t).await.unwrap(), Deleted::Deleted);
     assert!(fake.get(cr).is_none());
     assert_eq!(k8s.delete_slurm_cluster(&t).await.unwrap(), Deleted::AlreadyGone);
-    let k8s_slinky = client(&fake, |s| {
-        s.reservation_resource = "slinky.slurm.net/v1alpha1/reservations".into();
-        s.reservation_namespace = "-".into();
-    });
+    // the runbook's Reservation, in the tenant's namespace by default
+    let res = "/apis/slurm.nebius.ai/v1/namespaces/tenant-foo/reservations/tenant-foo-reservation";
+    fake.put(res, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "Reservation", "metadata": {"name": "tenant-foo-reservation"}}));
+    assert_eq!(k8s.delete_reservation(&t).await.unwrap(), Deleted::Deleted);
+    assert!(fake.get(res).is_none());
+    // another operator's, cluster-scoped (`reservation_namespace: "-"` in the registry)
+    let k8s_slinky = client(&fake, |s| s.reservation_resource = "slinky.slurm.net/v1alpha1/reservations".into());
+    let cluster_scoped = K8sNames { reservation_namespace: None, ..t.clone() };
     let res = "/apis/slinky.slurm.net/v1alpha1/reservations/tenant-foo-reservation";
     fake.put(res, json!({"apiVersion": "slinky.slurm.net/v1alpha1", "kind": "Reservation", "metadata": {"name": "tenant-foo-reservation"}}));
-    assert_eq!(k8s_slinky.delete_reservation(&t).await.unwrap(), Deleted::Deleted);
+    assert_eq!(k8s_slinky.delete_reservation(&cluster_scoped).await.unwrap(), Deleted::Deleted);
     assert!(fake.get(res).is_none());
 
     k8s.restart_login(&t).await.unwrap();
@@ -160,4 +165,53 @@ async fn api_faults_are_typed() {
     let dead = onramp::backends::kubernetes::K8s::for_url("http://127.0.0.1:9", k8s.settings().clone()).unwrap();
     let e = dead.key_state(&t, &alice, &key).await.unwrap_err();
     assert!(matches!(e, K8sError::Connection { .. }) && e.is_retryable(), "{e}");
+}
+
+/// A tenant whose names the registry overrides: every call uses them, none the runbook's.
+#[tokio::test]
+async fn a_tenants_own_names_from_the_registry_are_the_ones_used() {
+    let reg = onramp::domain::tenants::TenantRegistry::parse(
+        "tenants:
+  - name: foo
+    group: g
+    kubernetes:
+      namespace: team-foo
+      keys_secret: ssh-keys
+      network_policy: fence
+      login_deployment: sshd
+      slurm_cluster: slurm
+      reservation: nodes
+      node_label: pool-a
+",
+        "test",
+    )
+    .unwrap();
+    let t = reg.tenants[0].kubernetes.clone();
+    let (fake, _) = cluster().await;
+    let k8s = client(&fake, |s| s.manage_keys = true);
+    let alice = Username::parse("alice").unwrap();
+    let key = PublicKey::parse(ALICE).unwrap();
+    assert_eq!(k8s.put_key(&t, &alice, &key).await.unwrap(), Applied::Changed);
+    assert!(fake.get("/api/v1/namespaces/team-foo/secrets/ssh-keys").is_some());
+    assert_eq!(k8s.key_state(&t, &alice, &key).await.unwrap(), KeyState::Matches);
+    k8s.apply_network_policy(&t).await.unwrap();
+    let np = fake.get("/apis/networking.k8s.io/v1/namespaces/team-foo/networkpolicies/fence").unwrap();
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "team-foo"
+    );
+    fake.deployment("team-foo", "sshd", json!({"app": "sshd"}));
+    k8s.restart_login(&t).await.unwrap();
+    let d = fake.get("/apis/apps/v1/namespaces/team-foo/deployments/sshd").unwrap();
+    assert!(d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"].is_string());
+    fake.put("/api/v1/nodes/gpu-1", json!({"metadata": {"name": "gpu-1", "labels": {"reserved.tenant": "pool-a"}}}));
+    fake.put("/api/v1/nodes/gpu-2", json!({"metadata": {"name": "gpu-2", "labels": {"reserved.tenant": TENANT}}}));
+    assert_eq!(k8s.remove_node_labels(&t).await.unwrap(), ["gpu-1"]);
+    let cr = "/apis/slurm.nebius.ai/v1/namespaces/team-foo/slurmclusters/slurm";
+    fake.put(cr, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "SlurmCluster", "metadata": {"name": "slurm"}}));
+    assert_eq!(k8s.delete_slurm_cluster(&t).await.unwrap(), Deleted::Deleted);
+    let res = "/apis/slurm.nebius.ai/v1/namespaces/team-foo/reservations/nodes";
+    fake.put(res, json!({"apiVersion": "slurm.nebius.ai/v1", "kind": "Reservation", "metadata": {"name": "nodes"}}));
+    assert_eq!(k8s.delete_reservation(&t).await.unwrap(), Deleted::Deleted);
+    assert!(fake.get(cr).is_none() && fake.get(res).is_none());
 }

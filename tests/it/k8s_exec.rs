@@ -13,6 +13,7 @@ use onramp::backends::kubernetes::keys::KeyState;
 use onramp::backends::kubernetes::login::{HomeOutcome, LoginPod};
 use onramp::domain::names::{SlurmAccount, Username};
 use onramp::domain::sshkey::PublicKey;
+use onramp::domain::tenants::K8sNames;
 
 use crate::fake_k8s::Fault;
 use crate::k8s_support::{TENANT, client, cluster, tenant};
@@ -98,6 +99,24 @@ async fn exec_faults_are_typed() {
     assert!(matches!(&e, TransportError::Transient(m) if m.contains("no Ready pod")), "{e:?}");
     let gone = PodExec::new(k8s.clone(), TENANT, PodTarget::Pod("login-9".into()), None);
     assert!(matches!(gone.run(&cmd, T).await.unwrap_err(), TransportError::Permanent(_)));
+}
+
+/// The registry's `login_pod: ""`: commands run in a Ready pod of the tenant's login Deployment,
+/// in the tenant's namespace, in the container the registry names.
+#[tokio::test]
+async fn a_login_pod_named_by_its_deployment_is_a_ready_pod_of_it() {
+    let (fake, k8s) = cluster().await;
+    fake.pod(TENANT, "login-0", serde_json::json!({"app": "login"}), false);
+    fake.pod(TENANT, "login-5d8f-x2", serde_json::json!({"app": "login"}), true);
+    let names = K8sNames { login_pod: None, login_container: Some("main".into()), ..tenant() };
+    let exec = PodExec::login(&k8s, &names);
+    assert_eq!(exec.resolve().await.unwrap(), "login-5d8f-x2");
+    let out = exec.run(&Command::new("echo").arg("hi"), T).await.unwrap();
+    assert_eq!(out.stdout, "hi\n");
+    let paths = fake.requests().into_iter().map(|(_, p)| p.split('?').next().unwrap_or_default().to_string());
+    let mut execs: Vec<String> = paths.filter(|p| p.ends_with("/exec")).collect();
+    execs.dedup(); // the fake logs the upgrade and the exec
+    assert_eq!(execs, ["/api/v1/namespaces/tenant-foo/pods/login-5d8f-x2/exec"], "{execs:?}");
 }
 
 struct Scratch {

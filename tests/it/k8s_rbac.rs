@@ -71,6 +71,9 @@ async fn rbac_grants_exactly_what_the_code_uses() {
     k8s.remove_key(&t, &u).await.unwrap();
     k8s.slurmctld().run(&Command::new("true"), t30).await.unwrap();
     k8s.login(&t).run(&Command::new("true"), t30).await.unwrap();
+    // a tenant whose login pod is a Ready pod of its login Deployment
+    let by_deployment = onramp::domain::tenants::K8sNames { login_pod: None, ..t.clone() };
+    k8s.login(&by_deployment).run(&Command::new("true"), t30).await.unwrap();
     k8s.restart_login(&t).await.unwrap();
     k8s.apply_network_policy(&t).await.unwrap();
     fake.put("/api/v1/nodes/gpu-1", json!({"metadata": {"name": "gpu-1", "labels": {"reserved.tenant": TENANT}}}));

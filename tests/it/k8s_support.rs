@@ -4,15 +4,18 @@
 use std::time::Duration;
 
 use onramp::backends::kubernetes::{K8s, K8sSettings};
-use onramp::domain::names::TenantName;
+use onramp::domain::tenants::{K8sNames, TenantRegistry};
 use serde_json::json;
 
 use crate::fake_k8s::FakeK8s;
 
+/// The namespace of tenant `foo` (the runbook's `tenant-<name>`).
 pub const TENANT: &str = "tenant-foo";
 
-pub fn tenant() -> TenantName {
-    TenantName::parse(TENANT).unwrap()
+/// Tenant `foo`'s names as the registry resolves them by default (the runbook's).
+pub fn tenant() -> K8sNames {
+    let r = TenantRegistry::parse("tenants: [{ name: foo, group: tenant-foo-users }]", "test").unwrap();
+    r.tenants[0].kubernetes.clone()
 }
 
 pub async fn cluster() -> (FakeK8s, K8s) {

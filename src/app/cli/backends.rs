@@ -45,15 +45,6 @@ pub struct K8sArgs {
     /// Container in the slurmctld pod (default: the pod's only or default container).
     #[arg(long, env = "ONRAMP_SLURMCTLD_CONTAINER")]
     pub slurmctld_container: Option<String>,
-    /// Login pod in each tenant namespace that onramp execs into.
-    #[arg(long, env = "ONRAMP_LOGIN_POD", default_value = "login-0")]
-    pub login_pod: String,
-    /// Container in the login pod (default: the pod's only or default container).
-    #[arg(long, env = "ONRAMP_LOGIN_CONTAINER")]
-    pub login_container: Option<String>,
-    /// Login Deployment restarted when a key does not reach the pod.
-    #[arg(long, env = "ONRAMP_LOGIN_DEPLOYMENT", default_value = "login")]
-    pub login_deployment: String,
     /// Directory holding home directories in the login pod.
     #[arg(long, env = "ONRAMP_HOME_ROOT", default_value = "/home")]
     pub home_root: String,
@@ -75,18 +66,9 @@ pub struct K8sArgs {
     /// The tenant's Slurm cluster custom resource: group/version/plural.
     #[arg(long, env = "ONRAMP_SLURM_CLUSTER_RESOURCE", default_value = "slurm.nebius.ai/v1/slurmclusters")]
     pub slurm_cluster_resource: String,
-    /// Name of a tenant's Slurm cluster resource in its namespace; `{tenant}` replaced.
-    #[arg(long, env = "ONRAMP_SLURM_CLUSTER_NAME", default_value = "cluster-{tenant}")]
-    pub slurm_cluster_name: String,
     /// The tenant's Reservation custom resource: group/version/plural.
     #[arg(long, env = "ONRAMP_RESERVATION_RESOURCE", default_value = "slurm.nebius.ai/v1/reservations")]
     pub reservation_resource: String,
-    /// Name of a tenant's Reservation; `{tenant}` replaced.
-    #[arg(long, env = "ONRAMP_RESERVATION_NAME", default_value = "{tenant}-reservation")]
-    pub reservation_name: String,
-    /// Namespace of Reservations; empty = the tenant's namespace; `-` = cluster-scoped.
-    #[arg(long, env = "ONRAMP_RESERVATION_NAMESPACE", default_value = "")]
-    pub reservation_namespace: String,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -186,9 +168,6 @@ impl From<K8sArgs> for crate::backends::kubernetes::K8sSettings {
             slurm_namespace: a.slurm_namespace,
             slurmctld_deployment: a.slurmctld_deployment,
             slurmctld_container: a.slurmctld_container,
-            login_pod: a.login_pod,
-            login_container: a.login_container,
-            login_deployment: a.login_deployment,
             home_root: a.home_root,
             skel_dir: a.skel_dir,
             authorized_keys_dir: a.authorized_keys_dir,
@@ -196,10 +175,7 @@ impl From<K8sArgs> for crate::backends::kubernetes::K8sSettings {
             smoke_gres: a.smoke_gres,
             manage_keys: a.manage_keys,
             slurm_cluster_resource: a.slurm_cluster_resource,
-            slurm_cluster_name: a.slurm_cluster_name,
             reservation_resource: a.reservation_resource,
-            reservation_name: a.reservation_name,
-            reservation_namespace: a.reservation_namespace,
         }
     }
 }

@@ -41,10 +41,13 @@ impl PodExec {
         Self::new(k8s.clone(), s.slurm_namespace.clone(), target, s.slurmctld_container.clone())
     }
 
-    /// The login pod of a tenant (its namespace is the tenant name).
-    pub fn login(k8s: &K8s, tenant: &crate::domain::names::TenantName) -> Self {
-        let s = k8s.settings();
-        Self::new(k8s.clone(), tenant.as_str(), PodTarget::Pod(s.login_pod.clone()), s.login_container.clone())
+    /// A tenant's login pod: the named pod, or a Ready pod of the login Deployment.
+    pub fn login(k8s: &K8s, names: &crate::domain::tenants::K8sNames) -> Self {
+        let target = match &names.login_pod {
+            Some(pod) => PodTarget::Pod(pod.clone()),
+            None => PodTarget::Deployment(names.login_deployment.clone()),
+        };
+        Self::new(k8s.clone(), names.namespace.clone(), target, names.login_container.clone())
     }
 
     /// The pod to exec into: the named one, or a Ready pod of the Deployment (first by name).

@@ -1,6 +1,7 @@
-//! The per-tenant key Secret `<tenant>-authorized-keys` in the tenant's namespace: one entry per
-//! user (the file sshd reads as `authorized_keys.d/<user>`). Read always; written only when
-//! onramp manages keys, with server-side apply under the field manager `onramp`.
+//! The per-tenant key Secret (`<namespace>-authorized-keys` unless the registry names another) in
+//! the tenant's namespace: one entry per user (the file sshd reads as `authorized_keys.d/<user>`).
+//! Read always; written only when onramp manages keys, with server-side apply under the field
+//! manager `onramp`.
 //!
 //! Writes send the whole `data` map with the `resourceVersion` that was read: server-side apply
 //! then fails with 409 (retryable) if someone changed the Secret in between, and a field that
@@ -13,14 +14,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 use super::{Call, K8s, K8sError};
-use crate::domain::names::{TenantName, Username};
+use crate::domain::names::Username;
 use crate::domain::sshkey::{PublicKey, keys_in};
+use crate::domain::tenants::K8sNames;
 
 pub const FIELD_MANAGER: &str = "onramp";
-
-pub fn secret_name(tenant: &TenantName) -> String {
-    format!("{tenant}-authorized-keys")
-}
 
 /// What the Secret holds for a user, compared with the key Authentik has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,24 +53,24 @@ pub fn compare(text: &str, expected: &PublicKey) -> KeyState {
 }
 
 impl K8s {
-    fn secrets(&self, tenant: &TenantName) -> Api<Secret> {
-        Api::namespaced(self.client().clone(), tenant.as_str())
+    fn secrets(&self, names: &K8sNames) -> Api<Secret> {
+        Api::namespaced(self.client().clone(), &names.namespace)
     }
 
-    async fn read_secret(&self, tenant: &TenantName) -> Result<Option<Secret>, K8sError> {
-        let name = secret_name(tenant);
-        let call = Call::new("get", "secrets", Some(tenant.as_str()), Some(&name));
-        self.call(call, self.secrets(tenant).get_opt(&name)).await
+    async fn read_secret(&self, names: &K8sNames) -> Result<Option<Secret>, K8sError> {
+        let name = &names.keys_secret;
+        let call = Call::new("get", "secrets", Some(&names.namespace), Some(name));
+        self.call(call, self.secrets(names).get_opt(name)).await
     }
 
     /// Whether the user's key is in the tenant's Secret, and whether it is the expected one.
     pub async fn key_state(
         &self,
-        tenant: &TenantName,
+        names: &K8sNames,
         user: &Username,
         expected: &PublicKey,
     ) -> Result<KeyState, K8sError> {
-        let Some(secret) = self.read_secret(tenant).await? else {
+        let Some(secret) = self.read_secret(names).await? else {
             return Ok(KeyState::NoSecret);
         };
         let entry = secret.data.as_ref().and_then(|d| d.get(user.as_str()));
@@ -83,8 +81,8 @@ impl K8s {
     }
 
     /// Writes the user's key (only when `--manage-keys`). Creates the Secret when missing.
-    pub async fn put_key(&self, tenant: &TenantName, user: &Username, key: &PublicKey) -> Result<Applied, K8sError> {
-        self.edit_keys(tenant, |data| {
+    pub async fn put_key(&self, names: &K8sNames, user: &Username, key: &PublicKey) -> Result<Applied, K8sError> {
+        self.edit_keys(names, |data| {
             let line = ByteString(format!("{}\n", key.to_line()).into_bytes());
             let same = data
                 .get(user.as_str())
@@ -99,21 +97,21 @@ impl K8s {
     }
 
     /// Removes the user's key (offboarding, only when `--manage-keys`); absent is fine.
-    pub async fn remove_key(&self, tenant: &TenantName, user: &Username) -> Result<Applied, K8sError> {
-        self.edit_keys(tenant, |data| data.remove(user.as_str()).is_some()).await
+    pub async fn remove_key(&self, names: &K8sNames, user: &Username) -> Result<Applied, K8sError> {
+        self.edit_keys(names, |data| data.remove(user.as_str()).is_some()).await
     }
 
     async fn edit_keys(
         &self,
-        tenant: &TenantName,
+        names: &K8sNames,
         edit: impl FnOnce(&mut BTreeMap<String, ByteString>) -> bool,
     ) -> Result<Applied, K8sError> {
-        let name = secret_name(tenant);
-        let ns = tenant.as_str();
+        let name = names.keys_secret.clone();
+        let ns = names.namespace.as_str();
         if !self.settings().manage_keys {
             return Err(K8sError::Config("onramp does not manage key Secrets (--manage-keys is off)".into()));
         }
-        let current = self.read_secret(tenant).await?;
+        let current = self.read_secret(names).await?;
         let version = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
         let mut data = current.and_then(|s| s.data).unwrap_or_default();
         if !edit(&mut data) && version.is_some() {
@@ -132,7 +130,7 @@ impl K8s {
         };
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let call = Call::new("patch", "secrets", Some(ns), Some(&name));
-        self.call(call, self.secrets(tenant).patch(&name, &pp, &Patch::Apply(&secret))).await?;
+        self.call(call, self.secrets(names).patch(&name, &pp, &Patch::Apply(&secret))).await?;
         Ok(Applied::Changed)
     }
 }
@@ -149,6 +147,5 @@ mod tests {
         assert_eq!(compare(&format!("{ED}\n"), &k), KeyState::Matches);
         assert_eq!(compare("\n", &k), KeyState::Missing);
         assert!(matches!(compare("junk", &k), KeyState::Differs { found } if found.is_empty()));
-        assert_eq!(secret_name(&TenantName::parse("tenant-foo").unwrap()), "tenant-foo-authorized-keys");
     }
 }

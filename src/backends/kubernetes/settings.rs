@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Kubernetes: where Slurm and the login pods are, the tenants' custom resources, the login pods' paths.
+/// Kubernetes: where Slurm is, the tenants' custom resources, the login pods' paths. Each tenant's
+/// names (namespace, key Secret, login pod, custom resources, node label) are in the tenant
+/// registry (`domain::tenants::K8sNames`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct K8sSettings {
     /// Kubeconfig file; without it, the in-cluster service account (or ~/.kube/config).
@@ -18,12 +20,6 @@ pub struct K8sSettings {
     pub slurmctld_deployment: String,
     /// Container in the slurmctld pod (default: the pod's only or default container).
     pub slurmctld_container: Option<String>,
-    /// Login pod in each tenant namespace that onramp execs into.
-    pub login_pod: String,
-    /// Container in the login pod (default: the pod's only or default container).
-    pub login_container: Option<String>,
-    /// Login Deployment restarted when a key does not reach the pod.
-    pub login_deployment: String,
     /// Directory holding home directories in the login pod.
     pub home_root: String,
     /// Skeleton copied into new home directories.
@@ -38,14 +34,8 @@ pub struct K8sSettings {
     pub manage_keys: bool,
     /// The tenant's Slurm cluster custom resource: group/version/plural.
     pub slurm_cluster_resource: String,
-    /// Name of a tenant's Slurm cluster resource in its namespace; `{tenant}` replaced.
-    pub slurm_cluster_name: String,
     /// The tenant's Reservation custom resource: group/version/plural.
     pub reservation_resource: String,
-    /// Name of a tenant's Reservation; `{tenant}` replaced.
-    pub reservation_name: String,
-    /// Namespace of Reservations; empty = the tenant's namespace; `-` = cluster-scoped.
-    pub reservation_namespace: String,
 }
 
 impl Default for K8sSettings {
@@ -58,9 +48,6 @@ impl Default for K8sSettings {
             slurm_namespace: "slurm-control".into(),
             slurmctld_deployment: "slurmctld".into(),
             slurmctld_container: Default::default(),
-            login_pod: "login-0".into(),
-            login_container: Default::default(),
-            login_deployment: "login".into(),
             home_root: "/home".into(),
             skel_dir: "/etc/skel".into(),
             authorized_keys_dir: "/etc/ssh/authorized_keys.d".into(),
@@ -68,10 +55,7 @@ impl Default for K8sSettings {
             smoke_gres: "gpu:1".into(),
             manage_keys: false,
             slurm_cluster_resource: "slurm.nebius.ai/v1/slurmclusters".into(),
-            slurm_cluster_name: "cluster-{tenant}".into(),
             reservation_resource: "slurm.nebius.ai/v1/reservations".into(),
-            reservation_name: "{tenant}-reservation".into(),
-            reservation_namespace: "".into(),
         }
     }
 }

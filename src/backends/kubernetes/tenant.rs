@@ -14,8 +14,9 @@ use time::format_description::well_known::Rfc3339;
 use super::keys::FIELD_MANAGER;
 use super::settings::ResourcePath;
 use super::{Call, K8s, K8sError};
-use crate::domain::names::TenantName;
+use crate::domain::tenants::K8sNames;
 
+/// The node label whose value marks a tenant's nodes (`reserved.tenant=<account>` by default).
 pub const TENANT_LABEL: &str = "reserved.tenant";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,18 +27,19 @@ pub enum Deleted {
 
 /// The runbook's per-tenant NetworkPolicy: traffic only within the tenant's namespace and the
 /// Slurm control namespace, plus DNS to kube-system.
-pub fn network_policy(tenant: &TenantName, slurm_namespace: &str) -> serde_json::Value {
+pub fn network_policy(names: &K8sNames, slurm_namespace: &str) -> serde_json::Value {
     let ns = |n: &str| json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}});
+    let own = names.namespace.as_str();
     json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": format!("{tenant}-isolation"), "namespace": tenant.as_str()},
+        "metadata": {"name": names.network_policy, "namespace": own},
         "spec": {
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [ns(tenant.as_str()), ns(slurm_namespace)]}],
+            "ingress": [{"from": [ns(own), ns(slurm_namespace)]}],
             "egress": [
-                {"to": [ns(tenant.as_str()), ns(slurm_namespace)]},
+                {"to": [ns(own), ns(slurm_namespace)]},
                 {"to": [ns("kube-system")], "ports": [{"port": 53, "protocol": "UDP"}]}
             ]
         }
@@ -46,21 +48,21 @@ pub fn network_policy(tenant: &TenantName, slurm_namespace: &str) -> serde_json:
 
 impl K8s {
     /// Server-side applies the tenant's NetworkPolicy (same object twice = no change).
-    pub async fn apply_network_policy(&self, tenant: &TenantName) -> Result<(), K8sError> {
-        let policy: NetworkPolicy = serde_json::from_value(network_policy(tenant, &self.settings().slurm_namespace))
+    pub async fn apply_network_policy(&self, names: &K8sNames) -> Result<(), K8sError> {
+        let policy: NetworkPolicy = serde_json::from_value(network_policy(names, &self.settings().slurm_namespace))
             .map_err(|e| K8sError::Config(format!("NetworkPolicy: {e}")))?;
-        let name = format!("{tenant}-isolation");
-        let api: Api<NetworkPolicy> = Api::namespaced(self.client().clone(), tenant.as_str());
+        let (ns, name) = (names.namespace.as_str(), names.network_policy.as_str());
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client().clone(), ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let call = Call::new("patch", "networkpolicies.networking.k8s.io", Some(tenant.as_str()), Some(&name));
-        self.call(call, api.patch(&name, &pp, &Patch::Apply(&policy))).await?;
+        let call = Call::new("patch", "networkpolicies.networking.k8s.io", Some(ns), Some(name));
+        self.call(call, api.patch(name, &pp, &Patch::Apply(&policy))).await?;
         Ok(())
     }
 
-    /// Removes `reserved.tenant=<tenant>` from every node carrying it; returns those nodes.
-    pub async fn remove_node_labels(&self, tenant: &TenantName) -> Result<Vec<String>, K8sError> {
+    /// Removes `reserved.tenant=<node_label>` from every node carrying it; returns those nodes.
+    pub async fn remove_node_labels(&self, names: &K8sNames) -> Result<Vec<String>, K8sError> {
         let api: Api<Node> = Api::all(self.client().clone());
-        let lp = ListParams::default().labels(&format!("{TENANT_LABEL}={tenant}"));
+        let lp = ListParams::default().labels(&format!("{TENANT_LABEL}={}", names.node_label));
         let nodes = self.call(Call::new("list", "nodes", None, None), api.list(&lp)).await?;
         let patch = json!({"metadata": {"labels": {TENANT_LABEL: null}}});
         let mut done = Vec::new();
@@ -87,28 +89,20 @@ impl K8s {
     }
 
     /// Restarts the tenant's login Deployment.
-    pub async fn restart_login(&self, tenant: &TenantName) -> Result<(), K8sError> {
-        let d = self.settings().login_deployment.clone();
-        self.rollout_restart(tenant.as_str(), &d).await
+    pub async fn restart_login(&self, names: &K8sNames) -> Result<(), K8sError> {
+        self.rollout_restart(&names.namespace, &names.login_deployment).await
     }
 
     /// Deletes the tenant's Slurm cluster custom resource (404 = already gone).
-    pub async fn delete_slurm_cluster(&self, tenant: &TenantName) -> Result<Deleted, K8sError> {
-        let s = self.settings();
-        let name = s.slurm_cluster_name.replace("{tenant}", tenant.as_str());
-        self.delete_custom(&s.slurm_cluster_resource, Some(tenant.as_str()), &name).await
+    pub async fn delete_slurm_cluster(&self, names: &K8sNames) -> Result<Deleted, K8sError> {
+        let resource = &self.settings().slurm_cluster_resource;
+        self.delete_custom(resource, Some(&names.namespace), &names.slurm_cluster).await
     }
 
     /// Deletes the tenant's Reservation custom resource (404 = already gone).
-    pub async fn delete_reservation(&self, tenant: &TenantName) -> Result<Deleted, K8sError> {
-        let s = self.settings();
-        let name = s.reservation_name.replace("{tenant}", tenant.as_str());
-        let ns = match s.reservation_namespace.as_str() {
-            "" => Some(tenant.as_str()),
-            "-" => None,
-            other => Some(other),
-        };
-        self.delete_custom(&s.reservation_resource, ns, &name).await
+    pub async fn delete_reservation(&self, names: &K8sNames) -> Result<Deleted, K8sError> {
+        let resource = &self.settings().reservation_resource;
+        self.delete_custom(resource, names.reservation_namespace.as_deref(), &names.reservation).await
     }
 
     async fn delete_custom(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<Deleted, K8sError> {
@@ -135,8 +129,10 @@ mod tests {
 
     #[test]
     fn policy_matches_the_runbook() {
-        let p = network_policy(&TenantName::parse("tenant-foo").unwrap(), "slurm-control");
+        let reg = crate::domain::tenants::TenantRegistry::parse("tenants: [{ name: foo, group: g }]", "t").unwrap();
+        let p = network_policy(&reg.tenants[0].kubernetes, "slurm-control");
         assert_eq!(p["metadata"]["name"], "tenant-foo-isolation");
+        assert_eq!(p["metadata"]["namespace"], "tenant-foo");
         assert_eq!(
             p["spec"]["ingress"][0]["from"][1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
             "slurm-control"

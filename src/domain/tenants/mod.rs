@@ -1,11 +1,21 @@
 //! The tenant registry: a declarative YAML file mapping Authentik groups to tenants and teams
-//! (Slurm accounts), with each tenant's limits, user defaults, quotas and login pod, and the
-//! uid/gid numbering. Read and validated at start; every mistake is reported on its own line with
-//! the line number and field (`tenants[1].teams[0].account`).
+//! (Slurm accounts), with each tenant's limits, user defaults, quotas and Kubernetes names, and
+//! the uid/gid numbering. Read and validated at start; every mistake is reported on its own line
+//! with the line number and field (`tenants[1].teams[0].account`).
+//!
+//! Kubernetes names (see [`K8sNames`]) come from the tenant's `kubernetes:` block, else the
+//! registry-wide one, else the runbook: namespace `tenant-<name>`, keys Secret
+//! `<namespace>-authorized-keys`, NetworkPolicy `<namespace>-isolation`, login pod `login-0` of
+//! Deployment `login`, SlurmCluster `cluster-<account>`, Reservation `<account>-reservation` in
+//! the namespace, node label `reserved.tenant=<account>`. Values may use `{name}`, `{account}`
+//! and `{namespace}`; two tenants sharing a namespace, Reservation or node label is a mistake.
 //!
 //! ```yaml
 //! uid_offset: 4000            # uidNumber = pk + uid_offset unless attributes.uidNumber is set
 //! gid_offset: 4000
+//! kubernetes:                 # names for every tenant (each tenant's own block wins)
+//!   login_container: sshd     # default: the pod's only or default container
+//!   reservation_namespace: "-" # "-": Reservations are cluster-scoped; default: {namespace}
 //! tenants:
 //!   - name: foo
 //!     group: tenant-foo-users # members of this Authentik group belong to the tenant
@@ -15,12 +25,23 @@
 //!     quotas:
 //!       home: { path: /home, soft: 90GB, hard: 100GB }
 //!       scratch: { path: /tenant/tenant-foo/scratch, soft: 45TB, hard: 50TB }
-//!     login_pod: { namespace: tenant-foo, deployment: login }
+//!     kubernetes:             # each default shown; set only what differs
+//!       namespace: tenant-foo           # tenant-{name}
+//!       keys_secret: tenant-foo-authorized-keys # {namespace}-authorized-keys
+//!       network_policy: tenant-foo-isolation    # {namespace}-isolation
+//!       login_deployment: login         # restarted when a key is not projected
+//!       login_pod: login-0              # "": a Ready pod of login_deployment
+//!       slurm_cluster: cluster-tenant-foo       # cluster-{account}
+//!       reservation: tenant-foo-reservation     # {account}-reservation
+//!       node_label: tenant-foo          # reserved.tenant=<this>; default {account}
 //!     default_team: ml-team-foo  # account of members in no team group; default: the tenant account
 //!     teams:
 //!       - { account: ml-team-foo, group: tenant-foo-ml, fairshare: 200 }
 //! ```
 
+mod k8s;
+#[cfg(test)]
+mod k8s_tests;
 mod parse;
 mod validate;
 
@@ -29,6 +50,7 @@ use serde_json::Value;
 
 use crate::domain::names::{QosName, SlurmAccount, TenantName};
 
+pub use k8s::K8sNames;
 pub use validate::size;
 
 /// The tenant account's limits (sacctmgr Fairshare, GrpTRES, GrpJobs).
@@ -64,14 +86,6 @@ pub struct Quota {
     pub hard: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoginPod {
-    pub namespace: String,
-    pub deployment: String,
-    pub container: Option<String>,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Team {
     pub account: SlurmAccount,
@@ -88,7 +102,8 @@ pub struct Tenant {
     pub limits: TenantLimits,
     pub user_defaults: UserDefaults,
     pub quotas: Quotas,
-    pub login_pod: Option<LoginPod>,
+    /// Its names in Kubernetes.
+    pub kubernetes: K8sNames,
     /// Where members who are in no team group get their association.
     pub default_account: SlurmAccount,
     pub teams: Vec<Team>,
@@ -312,5 +327,9 @@ mod example {
         let r = super::TenantRegistry::load(std::path::Path::new(path)).unwrap();
         assert_eq!(r.tenants.len(), 2);
         assert_eq!(r.tenants[0].default_account.as_str(), "ml-team-foo");
+        // it shows the runbook's names, which are also what a tenant without the block gets
+        assert_eq!(r.tenants[0].kubernetes.namespace, "tenant-foo");
+        let bar = &r.tenants[1].kubernetes;
+        assert_eq!((bar.namespace.as_str(), bar.slurm_cluster.as_str()), ("tenant-bar", "cluster-tenant-bar"));
     }
 }

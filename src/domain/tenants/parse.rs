@@ -6,8 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::k8s::RawK8sNames;
 use super::validate::Validator;
-use super::{LoginPod, Mistake, Quotas, RegistryError, TenantLimits, TenantRegistry};
+use super::{Mistake, Quotas, RegistryError, TenantLimits, TenantRegistry};
 
 /// The registry as written in the file (strings not yet checked).
 #[derive(Debug, Deserialize)]
@@ -17,6 +18,9 @@ pub(super) struct RawRegistry {
     pub(super) uid_offset: u32,
     #[serde(default = "default_offset")]
     pub(super) gid_offset: u32,
+    /// Kubernetes names for every tenant (each tenant's own block wins).
+    #[serde(default)]
+    pub(super) kubernetes: RawK8sNames,
     pub(super) tenants: Vec<RawTenant>,
 }
 
@@ -37,10 +41,20 @@ pub(super) struct RawTenant {
     pub(super) user_defaults: RawUserDefaults,
     #[serde(default)]
     pub(super) quotas: Quotas,
-    pub(super) login_pod: Option<LoginPod>,
+    /// The older form of a few Kubernetes names: the login pod is a Ready pod of `deployment`.
+    pub(super) login_pod: Option<RawLoginPod>,
+    pub(super) kubernetes: Option<RawK8sNames>,
     pub(super) default_team: Option<String>,
     #[serde(default)]
     pub(super) teams: Vec<RawTeam>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoginPod {
+    pub(super) namespace: String,
+    pub(super) deployment: String,
+    pub(super) container: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use super::parse::{LineIndex, RawRegistry, RawUserDefaults};
+use super::k8s::{K8sNames, RawK8sNames};
+use super::parse::{LineIndex, RawLoginPod, RawRegistry, RawUserDefaults};
 use super::{Mistake, Quota, Team, Tenant, TenantRegistry, UserDefaults};
 use crate::domain::names::{NameError, QosName, SlurmAccount, TenantName};
 
@@ -12,9 +13,13 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn err(&mut self, field: String, message: impl Into<String>) {
+    /// Records a mistake (once: a registry-wide value can be wrong for every tenant alike).
+    pub(super) fn err(&mut self, field: String, message: impl Into<String>) {
         let line = self.lines.line_of(&field);
-        self.mistakes.push(Mistake { line, field, message: message.into() });
+        let m = Mistake { line, field, message: message.into() };
+        if !self.mistakes.contains(&m) {
+            self.mistakes.push(m);
+        }
     }
 
     fn name<T>(&mut self, field: String, s: &str, parse: fn(&str) -> Result<T, NameError>) -> Option<T> {
@@ -35,6 +40,7 @@ impl Validator<'_> {
         let mut accounts: HashMap<String, String> = HashMap::new();
         let mut names: HashMap<String, String> = HashMap::new();
         let mut tenants = vec![];
+        let mut places = vec![];
         for (i, t) in raw.tenants.into_iter().enumerate() {
             let at = format!("tenants[{i}]");
             let name = self.name(format!("{at}.name"), &t.name, TenantName::parse);
@@ -62,20 +68,12 @@ impl Validator<'_> {
                     self.quota(format!("{at}.quotas.{k}"), q);
                 }
             }
-            if let Some(p) = &t.login_pod {
-                for (k, v) in [
-                    ("namespace", Some(&p.namespace)),
-                    ("deployment", Some(&p.deployment)),
-                    ("container", p.container.as_ref()),
-                ] {
-                    if let Some(v) = v.filter(|v| !dns_label(v)) {
-                        self.err(
-                            format!("{at}.login_pod.{k}"),
-                            format!("{v:?} is not a Kubernetes name (lower-case letters, digits and -)"),
-                        );
-                    }
+            let k8s = match (&name, &account) {
+                (Some(n), Some(a)) => {
+                    self.tenant_k8s(&at, [n.as_str(), a.as_str()], (&t.kubernetes, &t.login_pod), &raw.kubernetes)
                 }
-            }
+                _ => None,
+            };
             let mut teams = vec![];
             for (j, m) in t.teams.into_iter().enumerate() {
                 let tat = format!("{at}.teams[{j}]");
@@ -93,7 +91,10 @@ impl Validator<'_> {
                 Some(d) => SlurmAccount::parse(d).ok(),
                 None => account.clone(),
             };
-            if let (Some(name), Some(account), Some(default_account)) = (name, account, default_account) {
+            if let (Some(name), Some(account), Some(default_account), Some(kubernetes)) =
+                (name, account, default_account, k8s)
+            {
+                places.push(at.clone());
                 tenants.push(Tenant {
                     name,
                     group: t.group,
@@ -102,13 +103,77 @@ impl Validator<'_> {
                     limits: t.limits,
                     user_defaults: defaults,
                     quotas: t.quotas,
-                    login_pod: t.login_pod,
+                    kubernetes,
                     default_account,
                     teams,
                 });
             }
         }
+        self.k8s_collisions(&tenants, &places);
         TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, tenants }
+    }
+
+    /// The tenant's Kubernetes names from its `kubernetes:` block (or the older `login_pod:`).
+    fn tenant_k8s(
+        &mut self,
+        at: &str,
+        [name, account]: [&str; 2],
+        (kubernetes, login_pod): (&Option<RawK8sNames>, &Option<RawLoginPod>),
+        all: &RawK8sNames,
+    ) -> Option<K8sNames> {
+        let legacy = match (kubernetes, login_pod) {
+            (Some(_), Some(_)) => {
+                self.err(
+                    format!("{at}.login_pod"),
+                    "set the login pod in one place: move namespace, deployment and container into \
+                     kubernetes (namespace, login_deployment, login_container; login_pod: \"\" for a Ready pod \
+                     of the Deployment)",
+                );
+                return None;
+            }
+            (None, Some(p)) => Some(RawK8sNames {
+                namespace: Some(p.namespace.clone()),
+                login_deployment: Some(p.deployment.clone()),
+                login_container: p.container.clone(),
+                login_pod: Some(String::new()),
+                ..Default::default()
+            }),
+            _ => None,
+        };
+        let own = legacy.as_ref().or(kubernetes.as_ref()).cloned().unwrap_or_default();
+        self.k8s_names(at, [("name", name), ("account", account)], &own, legacy.is_some(), all)
+    }
+
+    /// Two tenants may not share a namespace, a Reservation or a node label.
+    /// `places[i]`: where `tenants[i]` is in the file.
+    fn k8s_collisions(&mut self, tenants: &[Tenant], places: &[String]) {
+        type Key = fn(&K8sNames) -> (&'static str, String);
+        let keys: [Key; 3] = [
+            |k| ("namespace", k.namespace.clone()),
+            |k| match &k.reservation_namespace {
+                Some(ns) => ("reservation", format!("{ns}/{}", k.reservation)),
+                None => ("reservation", format!("{} (cluster-scoped)", k.reservation)),
+            },
+            |k| ("node_label", k.node_label.clone()),
+        ];
+        for key in keys {
+            let mut seen: HashMap<String, &Tenant> = HashMap::new();
+            for (t, at) in tenants.iter().zip(places) {
+                let (field, value) = key(&t.kubernetes);
+                match seen.get(&value) {
+                    Some(first) => {
+                        let message = format!(
+                            "{field} {value} is already tenant {}'s; two tenants cannot share it: set {at}.kubernetes.{field}",
+                            first.name
+                        );
+                        self.err(format!("{at}.kubernetes.{field}"), message);
+                    }
+                    None => {
+                        seen.insert(value, t);
+                    }
+                }
+            }
+        }
     }
 
     fn unique(&mut self, seen: &mut HashMap<String, String>, value: &str, field: String, what: &str) {
@@ -177,14 +242,6 @@ impl Validator<'_> {
             self.err(format!("{at}.soft"), format!("soft {} is above hard {}", q.soft, q.hard));
         }
     }
-}
-
-fn dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 /// `100GB`, `90G`, `1.5TiB`, `512MB` → bytes.

@@ -208,7 +208,19 @@ function tenantCard(t) {
       el("dt", {}, "Drift"), dd("drift-line", ...drift),
       el("dt", {}, "Limits"), dd("limits", limits),
       el("dt", {}, "Teams"), dd("teams", t.teams.length ? t.teams.map((x) => `${x.account} (${x.group})`).join(", ") : `none (all in ${t.default_account})`),
-      el("dt", {}, "Quotas"), dd("quotas", [quota("home", q.home), quota("scratch", q.scratch)].filter(Boolean).join(" · ") || "none")));
+      el("dt", {}, "Quotas"), dd("quotas", [quota("home", q.home), quota("scratch", q.scratch)].filter(Boolean).join(" · ") || "none"),
+      el("dt", {}, "Kubernetes"), dd("kubernetes", ...k8sNames(t.kubernetes))));
+}
+
+// The names onramp uses in the tenant's namespace and on its nodes (from the tenant registry).
+function k8sNames(k) {
+  const login = k.login_pod ? `pod/${k.login_pod}` : `a Ready pod of deploy/${k.login_deployment}`;
+  const res = k.reservation_namespace ? `${k.reservation_namespace}/${k.reservation}` : `${k.reservation} (cluster-scoped)`;
+  const line = (testid, text) => el("div", { "data-testid": testid }, text);
+  return [line("k8s-namespace", `namespace ${k.namespace}`), line("k8s-secret", `secret ${k.keys_secret}`),
+    line("k8s-login", `login ${login}${k.login_container ? ` -c ${k.login_container}` : ""} · deploy/${k.login_deployment}`),
+    line("k8s-cluster", `slurmcluster ${k.slurm_cluster}`), line("k8s-reservation", `reservation ${res}`),
+    line("k8s-nodes", `nodes reserved.tenant=${k.node_label}`)];
 }
 
 async function tenantsView() {
