@@ -57,6 +57,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(a: ServeArgs) -> anyhow::Result<Self> {
+        refuse_moved(|name| std::env::var_os(name).is_some())?;
         let backends = BackendSettings::from_args(a.backends, a.role != ServeRole::Api)?;
         let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
         Ok(Self {
@@ -131,4 +132,35 @@ fn default_worker_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "onramp".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// Settings that moved into the tenant registry's `kubernetes:` block (per tenant, or for all at
+/// its top): still set, they would be silently ignored, so `serve` refuses to start.
+const MOVED_TO_REGISTRY: &[(&str, &str)] = &[
+    ("ONRAMP_LOGIN_POD", "login_pod"),
+    ("ONRAMP_LOGIN_CONTAINER", "login_container"),
+    ("ONRAMP_LOGIN_DEPLOYMENT", "login_deployment"),
+    ("ONRAMP_SLURM_CLUSTER_NAME", "slurm_cluster"),
+    ("ONRAMP_RESERVATION_NAME", "reservation"),
+    ("ONRAMP_RESERVATION_NAMESPACE", "reservation_namespace"),
+];
+
+fn refuse_moved(is_set: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    match MOVED_TO_REGISTRY.iter().find(|(name, _)| is_set(name)) {
+        Some((name, field)) => anyhow::bail!(
+            "{name} is no longer a setting: set `kubernetes: {{ {field}: … }}` in the tenant registry \
+             (ONRAMP_TENANTS), at its top for every tenant or per tenant, and unset {name}"
+        ),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn settings_moved_to_the_registry_are_refused_by_name() {
+        assert!(super::refuse_moved(|_| false).is_ok());
+        let e = super::refuse_moved(|n| n == "ONRAMP_RESERVATION_NAME").unwrap_err().to_string();
+        assert!(e.starts_with("ONRAMP_RESERVATION_NAME is no longer a setting") && e.contains("reservation: "), "{e}");
+    }
 }
