@@ -143,7 +143,8 @@ mod tests {
     fn origins_are_scheme_host_and_port_only() {
         assert_eq!(parse_origin("https://Portal.example.org").unwrap(), "https://portal.example.org");
         assert_eq!(parse_origin("http://localhost:5173").unwrap(), "http://localhost:5173");
-        for bad in ["portal.example.org", "https://portal.example.org/", "https://p.example/app", "ftp://p.example", "*"]
+        for bad in
+            ["portal.example.org", "https://portal.example.org/", "https://p.example/app", "ftp://p.example", "*"]
         {
             assert!(parse_origin(bad).is_err(), "{bad}");
         }

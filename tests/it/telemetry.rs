@@ -19,7 +19,7 @@ use crate::otlp::{Receiver, Span};
 
 const T: Duration = Duration::from_secs(90);
 
-fn step_spans<'a>(spans: &'a [Span], job: i64) -> Vec<&'a Span> {
+fn step_spans(spans: &[Span], job: i64) -> Vec<&Span> {
     let id = job.to_string();
     spans.iter().filter(|s| s.attr("job") == Some(id.as_str()) && s.attr("step").is_some()).collect()
 }
@@ -46,7 +46,8 @@ async fn one_webhook_is_one_trace_from_the_request_to_each_step_attempt() {
     let answer = h.post_user_event().await;
     assert_eq!(answer.status().as_u16(), 202);
     let request_id = answer.headers()["x-request-id"].to_str().unwrap().to_string();
-    let onboard = eventually(T, "the onboarding job", || async { h.jobs(USER_ONBOARD).await.first().map(|j| j.0) }).await;
+    let onboard =
+        eventually(T, "the onboarding job", || async { h.jobs(USER_ONBOARD).await.first().map(|j| j.0) }).await;
     wait_state(&h.engine, onboard, "succeeded", T).await;
     let reconcile = h.jobs(RECONCILE_USER).await[0].0;
     let attempts = h.engine.step_runs(onboard).await.unwrap().len();
@@ -147,7 +148,10 @@ async fn a_worker_process_answers_health_and_metrics_and_exports_its_steps_into_
     assert_eq!(ours.len(), steps, "{spans:#?}");
     for s in ours {
         assert_eq!((s.trace_id.as_str(), s.parent_id.as_str(), s.via), (trace, parent, "json"), "{s:?}");
-        assert_eq!((s.attr("kind"), s.attr("tenant"), s.attr("attempt")), (Some("selftest"), Some("tenant-t"), Some("1")));
+        assert_eq!(
+            (s.attr("kind"), s.attr("tenant"), s.attr("attempt")),
+            (Some("selftest"), Some("tenant-t"), Some("1"))
+        );
         let r = &s.resource;
         assert_eq!((r["service.name"].as_str(), r["onramp.role"].as_str()), ("onramp", "worker"), "{r:?}");
     }
