@@ -1,15 +1,13 @@
 //! `onramp jobs …` (the engine's operations from a terminal) and `onramp doctor`.
 
-use std::sync::Arc;
-
 use anyhow::Context;
 use serde_json::json;
 
 use crate::app::cli::{DoctorArgs, JobsAction, JobsArgs, ReconcileArgs, TokenAction, TokenArgs};
 use crate::app::db;
 use crate::app::intake::IntakeSetup;
+use crate::app::slurm_route::SlurmRoute;
 use crate::app::world::{Parts, World};
-use crate::backends::exec::Local;
 use crate::backends::slurm;
 use crate::backends::slurm::{HostPath, SlurmCli};
 use crate::domain::names::{ClusterName, TenantName};
@@ -75,8 +73,7 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
 
 /// `onramp reconcile`: enqueue a reconcile job for the workers; with --wait, print its decision.
 pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
-    let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
-    let setup = IntakeSetup::from_args(&args.intake, false, &cluster)?.ok_or_else(|| {
+    let setup = IntakeSetup::from_args(&args.intake, false)?.ok_or_else(|| {
         anyhow::anyhow!("reconcile needs ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN(_FILE)")
     })?;
     let pool = db::connect(&args.db.database_url, 2).await?;
@@ -135,10 +132,23 @@ fn cli_actor() -> Actor {
 
 /// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
-    let cluster = ClusterName::parse(&args.slurm.slurm_cluster)?;
-    let slurm = SlurmCli::new(Arc::new(Local), cluster).with_timeout(args.slurm.slurm_timeout);
+    let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
+    let route = SlurmRoute::from_args(&args.slurm)?;
+    let k8s_settings: crate::backends::kubernetes::K8sSettings = args.k8s.clone().into();
+    let kube = match route {
+        SlurmRoute::KubeExec => Some(
+            crate::backends::kubernetes::K8s::connect(k8s_settings.clone())
+                .await
+                .context("Kubernetes (ONRAMP_KUBECONFIG), for ONRAMP_SLURM_VIA=kube-exec")?,
+        ),
+        _ => None,
+    };
+    let transport = route.transport(kube.as_ref().map(|k| k as &dyn crate::backends::kubernetes::Kubernetes))?;
+    let slurm = SlurmCli::new(transport, cluster).with_timeout(args.slurm.slurm_timeout);
     let cgroup = args.cgroup_conf.as_deref().map(HostPath::parse).transpose()?;
-    let report = slurm::doctor::doctor(&slurm, cgroup).await.context("reading the Slurm configuration")?;
+    let report = slurm::doctor::doctor(&slurm, cgroup)
+        .await
+        .with_context(|| format!("reading the Slurm configuration over {}", route.describe(&k8s_settings)))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("printing")?);
     } else {
@@ -159,11 +169,11 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
     use crate::domain::names::{SlurmAccount, TenantName, Username};
     use crate::dryrun::plan;
     let a = &args.intake;
-    let backends = crate::app::settings::BackendSettings::from_args(args.backends.clone())?;
+    let backends = crate::app::settings::BackendSettings::from_args(args.backends.clone(), false)?;
     let (tenants, authentik) = if a.authentik_url.is_some() {
-        let setup = crate::app::intake::IntakeSetup::from_args(a, false, &backends.slurm.cluster)?
+        let setup = crate::app::intake::IntakeSetup::from_args(a, false)?
             .ok_or_else(|| anyhow::anyhow!("the plan needs the tenant registry (ONRAMP_TENANTS)"))?;
-        (setup.tenants.clone(), Some(setup.reconciler.authentik.clone()))
+        (setup.tenants.clone(), Some(setup.authentik.clone()))
     } else {
         let path = a.tenants.as_ref().ok_or_else(|| anyhow::anyhow!("the plan needs --tenants (ONRAMP_TENANTS)"))?;
         (std::sync::Arc::new(crate::domain::tenants::TenantRegistry::load(path)?), None)

@@ -16,14 +16,14 @@ use crate::app::intake::IntakeSetup;
 use crate::app::settings::worker_config;
 use crate::app::world::{Parts, World, shutdown_on_signal};
 use crate::backends::authentik::Authentik;
-use crate::backends::record::{RecordingAuthentik, RecordingTransport};
+use crate::backends::record::RecordingAuthentik;
 use crate::backends::slurm::{HostPath, Slurm, SlurmCli};
 use crate::domain::names::ClusterName;
 use crate::domain::tenants::TenantRegistry;
 use crate::dryrun::sim::{self, DryConfig, SimAuthentik};
 use crate::effects::EffectLog;
 use crate::engine::{Actor, Engine, NewJob};
-use crate::flows::reconcile::{Brake, Reconciler};
+use crate::flows::reconcile::Brake;
 use crate::flows::{self, selftest};
 use crate::intake::{SigningSecret, WebhookAuth};
 
@@ -96,18 +96,10 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<Parts> {
     ];
     let authentik: Arc<dyn Authentik> = Arc::new(SimAuthentik::new(None, users));
     let backends = sim::backends(&cfg, &world, authentik.clone(), tenants.clone(), log).map_err(anyhow::Error::msg)?;
-    let reconciler = Reconciler::new(
-        Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
-        tenants.clone(),
-        Arc::new(
-            SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cluster)
-                .with_timeout(std::time::Duration::from_secs(10)),
-        ),
-        Brake::default(),
-    );
     let setup = IntakeSetup {
-        reconciler,
+        authentik: Arc::new(RecordingAuthentik { inner: authentik, log: log.clone() }),
         tenants,
+        brake: Brake::default(),
         auth: WebhookAuth {
             signing_secrets: vec![DEV_WHSEC.parse().map_err(anyhow::Error::msg)?],
             bearer_tokens: vec![],

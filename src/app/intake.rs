@@ -8,10 +8,8 @@ use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::cli::IntakeArgs;
-use crate::backends::authentik::{AuthentikClient, AuthentikConfig};
-use crate::backends::exec::Local;
-use crate::backends::slurm::{Slurm, SlurmCli};
-use crate::domain::names::ClusterName;
+use crate::backends::authentik::{Authentik, AuthentikClient, AuthentikConfig};
+use crate::backends::slurm::Slurm;
 use crate::domain::secret::Secret;
 use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Actor, Engine, Registry};
@@ -19,8 +17,9 @@ use crate::flows::reconcile::{Brake, Reconciler, full_job};
 use crate::intake::{DeliveryWriter, Intake, IntakeStats, SigningSecret, WebhookAuth};
 
 pub struct IntakeSetup {
-    pub reconciler: Arc<Reconciler>,
+    pub authentik: Arc<dyn Authentik>,
     pub tenants: Arc<TenantRegistry>,
+    pub brake: Brake,
     pub auth: WebhookAuth,
     pub settle: Duration,
     pub max_body: usize,
@@ -32,8 +31,7 @@ pub struct IntakeSetup {
 impl IntakeSetup {
     /// None when intake is not configured at all; an error naming the setting when it is half
     /// configured or a value is wrong. `webhook`: the webhook's authentication is required too.
-    /// Reconcile reads the associations of `cluster` with `sacctmgr` run here.
-    pub fn from_args(a: &IntakeArgs, webhook: bool, cluster: &ClusterName) -> anyhow::Result<Option<Self>> {
+    pub fn from_args(a: &IntakeArgs, webhook: bool) -> anyhow::Result<Option<Self>> {
         let token = match (&a.authentik_token, &a.authentik_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => {
@@ -73,8 +71,6 @@ impl IntakeSetup {
             page_size: 100,
         })
         .map_err(anyhow::Error::msg)?;
-        let slurm: Arc<dyn Slurm> =
-            Arc::new(SlurmCli::new(Arc::new(Local), cluster.clone()).with_timeout(a.sacctmgr_timeout));
         let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
         // parsed here rather than by clap, whose error would print the value
         let mut signing_secrets = vec![];
@@ -87,25 +83,27 @@ impl IntakeSetup {
         if webhook && !auth.is_configured() {
             bail!("the Authentik webhook needs ONRAMP_WEBHOOK_SECRETS or ONRAMP_WEBHOOK_TOKENS (or both)");
         }
-        Ok(Some(Self::new(Reconciler::new(Arc::new(client), registry.clone(), slurm, brake), auth, a)))
-    }
-
-    pub fn new(reconciler: Arc<Reconciler>, auth: WebhookAuth, a: &IntakeArgs) -> Self {
-        Self {
-            tenants: reconciler.tenants.clone(),
-            reconciler,
+        Ok(Some(Self {
+            authentik: Arc::new(client),
+            tenants: registry,
+            brake,
             auth,
             settle: a.webhook_settle,
             max_body: a.webhook_max_body,
             writers: usize::from(a.webhook_writers),
             batch: usize::from(a.webhook_batch),
             reconcile_interval: a.reconcile_interval,
-        }
+        }))
     }
 
-    /// The registry with the reconcile flows added.
-    pub fn registry(&self, base: Registry) -> Registry {
-        crate::flows::with_reconcile(base, self.reconciler.clone())
+    /// The reconciler, reading the cluster through `slurm`: the same route as the flows'.
+    pub fn reconciler(&self, slurm: Arc<dyn Slurm>) -> Arc<Reconciler> {
+        Reconciler::new(self.authentik.clone(), self.tenants.clone(), slurm, self.brake)
+    }
+
+    /// `base` with the reconcile flows added, reading the cluster through `slurm`.
+    pub fn registry(&self, base: Registry, slurm: Arc<dyn Slurm>) -> Registry {
+        crate::flows::with_reconcile(base, self.reconciler(slurm))
     }
 
     /// Starts the webhook's writer tasks.

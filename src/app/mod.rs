@@ -10,6 +10,7 @@ pub mod intake;
 pub mod serve;
 pub mod settings;
 mod settings_file;
+pub mod slurm_route;
 pub mod telemetry;
 pub mod world;
 
@@ -69,7 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Token(a) => admin::tokens(a).await,
             Command::Reconcile(a) => admin::reconcile(*a).await,
             Command::Tenant(a) => crate::app::admin::tenant(a).await,
-            Command::Doctor(a) => return admin::doctor(a).await,
+            Command::Doctor(a) => return admin::doctor(*a).await,
             Command::Plan(a) => admin::plan(*a).await,
         };
         done.map(|()| ExitCode::SUCCESS)

@@ -18,16 +18,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if settings.intake.is_none() {
         tracing::info!("Authentik intake is off (set ONRAMP_TENANTS, ONRAMP_AUTHENTIK_URL and ONRAMP_AUTHENTIK_TOKEN)");
     }
+    // A worker claims only what it can run: one that cannot build its backends stops here with
+    // the reason, rather than claiming onboarding jobs it would only fail.
     let flows = match &settings.intake {
-        Some(s) if settings.runs_worker() => match real_backends(&settings.backends, s, &pool).await {
-            Ok(b) => Some(b),
-            Err(e) => {
-                // The process still serves the API and the reconcile flows; onboarding and
-                // offboarding jobs wait for a worker that has its backends.
-                tracing::warn!(error = format!("{e:#}"), "user flows are not run by this process");
-                None
-            }
-        },
+        Some(s) if settings.runs_worker() => Some(
+            real_backends(&settings.backends, s, &pool)
+                .await
+                .context("this worker cannot run the user, tenant and reconcile flows")?,
+        ),
+        None if settings.runs_worker() => {
+            tracing::warn!("without the Authentik intake this worker runs only the engine's own kinds (selftest)");
+            None
+        }
         _ => None,
     };
     let listener = match settings.runs_http() {

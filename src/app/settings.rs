@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use crate::app::cli::{BackendArgs, HttpArgs, ServeArgs, ServeRole, WorkerArgs};
 use crate::app::intake::IntakeSetup;
+use crate::app::slurm_route::SlurmRoute;
 use crate::backends::kubernetes::K8sSettings;
 use crate::backends::notify::NotifySettings;
 use crate::backends::slurm::HostPath;
@@ -23,6 +24,9 @@ use crate::http::HttpSettings;
 #[derive(Clone, Debug)]
 pub struct SlurmSettings {
     pub cluster: ClusterName,
+    /// How every Slurm command of this process reaches Slurm; `None` in a process that makes
+    /// no Slurm calls (the API role: its route settings are neither needed nor checked).
+    pub route: Option<SlurmRoute>,
     pub timeout: Duration,
     /// See `ONRAMP_SLURM_BATCH_WINDOW`.
     pub batch_window: Duration,
@@ -58,8 +62,8 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(a: ServeArgs) -> anyhow::Result<Self> {
-        let backends = BackendSettings::from_args(a.backends)?;
-        let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker, &backends.slurm.cluster)?;
+        let backends = BackendSettings::from_args(a.backends, a.role != ServeRole::Api)?;
+        let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
         Ok(Self {
             role: a.role,
             database_url: a.db.database_url,
@@ -84,11 +88,13 @@ impl Settings {
 }
 
 impl BackendSettings {
-    pub fn from_args(a: BackendArgs) -> anyhow::Result<Self> {
+    /// `slurm_calls`: this process reaches Slurm (its route is checked).
+    pub fn from_args(a: BackendArgs, slurm_calls: bool) -> anyhow::Result<Self> {
         let (slurm, flows) = (&a.slurm, FlowSettings::from(a.flows));
         Ok(Self {
             slurm: SlurmSettings {
                 cluster: ClusterName::parse(&slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?,
+                route: slurm_calls.then(|| SlurmRoute::from_args(slurm)).transpose()?,
                 timeout: slurm.slurm_timeout,
                 batch_window: slurm.slurm_batch_window,
             },

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::intake::{IntakeSetup, periodic_reconcile};
 use crate::app::settings::BackendSettings;
+use crate::app::slurm_route::{SlurmRoute, probe};
 use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
 use crate::backends::{kubernetes, notify, slurm, storage};
 use crate::dryrun::plan::Planner;
@@ -82,12 +83,11 @@ impl World {
         let http = listener.map(|l| {
             let mut state = http::AppState::new(engine.clone(), stats.clone());
             state.http = settings.clone();
+            state.worker = worker.is_some();
             state.intake = started;
             state.tenants = intake.as_ref().map(|s| s.tenants.clone());
             state.plans = match (plans, &intake) {
-                (Some(cfg), Some(s)) => {
-                    Some(Arc::new(Planner { cfg, authentik: Some(s.reconciler.authentik.clone()) }))
-                }
+                (Some(cfg), Some(s)) => Some(Arc::new(Planner { cfg, authentik: Some(s.authentik.clone()) })),
                 _ => None,
             };
             if let Ok(addr) = l.local_addr() {
@@ -96,7 +96,8 @@ impl World {
             tokio::spawn(http::serve(l, state, shutdown.clone()))
         });
         let ops = ops.map(|l| {
-            let state = http::AppState::new(engine.clone(), stats.clone());
+            let mut state = http::AppState::new(engine.clone(), stats.clone());
+            state.worker = worker.is_some();
             if let Ok(addr) = l.local_addr() {
                 tracing::info!(%addr, "health and metrics listening");
             }
@@ -119,23 +120,23 @@ impl World {
     }
 }
 
-/// The flows this process runs (or, for kinds it only enqueues, declares).
+/// The flows this process runs, and (for kinds it only enqueues) declares. A process claims
+/// only the kinds it can run: without backends, the user, tenant and reconcile flows are
+/// declared (the API accepts them) and left to the workers that have them.
 fn registry(parts: &Parts) -> Registry {
-    let mut registry = flows::registry();
-    if let Some(b) = &parts.flows {
-        registry = flows::with_backends(registry, b.clone());
-    } else if parts.intake.is_some() {
-        // The API only enqueues these kinds; workers run them. Declared, they are accepted.
-        registry = flows::declare_all(registry);
-    }
-    match &parts.intake {
-        Some(s) => s.registry(registry),
-        None => registry,
+    let registry = flows::registry();
+    match (&parts.flows, &parts.intake) {
+        // the reconciler reads the cluster through the flows' own Slurm route
+        (Some(b), Some(s)) => s.registry(flows::with_backends(registry, b.clone()), b.slurm.clone()),
+        (Some(b), None) => flows::with_backends(registry, b.clone()),
+        (None, Some(_)) => flows::declare_all(registry),
+        (None, None) => registry,
     }
 }
 
-/// The real backends the user and tenant flows act on: Kubernetes (and through it the slurmctld
-/// and login pods), Slurm, storage, notifications, Authentik. Every command and request a step
+/// The real backends the flows act on: Kubernetes (the login pods, keys, tenant objects), Slurm
+/// over its one route (checked here: it answers, for the right cluster), storage,
+/// notifications, Authentik. Every command and request a step
 /// makes is kept with its attempt (the dashboard shows them).
 pub async fn real_backends(
     s: &BackendSettings,
@@ -146,10 +147,17 @@ pub async fn real_backends(
     let k8s = kubernetes::K8s::connect(s.k8s.clone()).await.context("Kubernetes (ONRAMP_KUBECONFIG)")?;
     let kube: Arc<dyn kubernetes::Kubernetes> =
         Arc::new(RecordingK8s { inner: Arc::new(k8s.clone()), settings: s.k8s.clone(), log: log.clone() });
+    // every Slurm call of this process, the flows' and the reconciler's, takes this one route
+    let route = s.slurm.route.as_ref().context("this process has no Slurm route")?;
+    let transport = match route {
+        SlurmRoute::KubeExec => kube.slurmctld(),
+        other => RecordingTransport::wrap("slurm", other.transport(None)?, &log),
+    };
     // replicas write to slurmdbd one at a time (22.05 loses concurrent writes)
-    let slurm = slurm::SlurmCli::new(kube.slurmctld(), s.slurm.cluster.clone())
+    let slurm = slurm::SlurmCli::new(transport, s.slurm.cluster.clone())
         .with_timeout(s.slurm.timeout)
         .with_write_gate(Arc::new(slurm::PgWriteGate::new(pool)));
+    probe(&slurm, &s.slurm.cluster, &route.describe(&s.k8s)).await?;
     let transport = s.storage.storage_run_in.transport(Some(&k8s)).map_err(anyhow::Error::msg)?;
     let transport = RecordingTransport::wrap("storage", transport, &log);
     let storage = storage::CommandStorage::new(transport, s.storage.clone()).context("storage settings")?;
@@ -165,7 +173,7 @@ pub async fn real_backends(
         };
     let notifier = notifier.map(|n| Arc::new(RecordingNotifier { inner: n, log: log.clone() }) as _);
     let slurm = slurm::Batching::new(Arc::new(slurm), s.slurm.batch_window);
-    let authentik = Arc::new(RecordingAuthentik { inner: intake.reconciler.authentik.clone(), log });
+    let authentik = Arc::new(RecordingAuthentik { inner: intake.authentik.clone(), log });
     Ok(flows::Backends::new(
         Arc::new(slurm),
         kube,

@@ -8,4 +8,5 @@ pub mod kubernetes;
 pub mod notify;
 pub mod record;
 pub mod slurm;
+pub mod ssh;
 pub mod storage;

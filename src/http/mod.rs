@@ -48,6 +48,8 @@ pub struct AppState {
     pub tenants: Option<Arc<TenantRegistry>>,
     /// Plans of flows (the simulated cluster with this process's settings), when configured.
     pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
+    /// This process runs a worker (it claims the runnable kinds of its registry).
+    pub worker: bool,
     /// Timeout, body limit and CORS of the routes.
     pub http: Arc<HttpSettings>,
 }
@@ -61,6 +63,7 @@ impl AppState {
             intake: None,
             tenants: None,
             plans: None,
+            worker: false,
             http: Arc::default(),
         }
     }

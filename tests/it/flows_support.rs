@@ -21,7 +21,7 @@ use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim::DryConfig;
 use onramp::effects::EffectLog;
 use onramp::engine::Engine;
-use onramp::flows::reconcile::{Brake, Reconciler};
+use onramp::flows::reconcile::Brake;
 use onramp::flows::{Backends, Timings};
 use onramp::intake::{SigningSecret, WebhookAuth};
 use serde_json::{Value, json};
@@ -193,18 +193,10 @@ impl Harness {
         let _ = std::process::Command::new("chown").arg("slurm").arg(root.path().join("archive")).status();
 
         // The webhook, the reconciler (reading the real associations) and the flows.
-        let reconciler = Reconciler::new(
-            Arc::new(intake_support::client(&ak_url)),
-            registry.clone(),
-            Arc::new(
-                SlurmCli::new(Arc::new(Local), ClusterName::parse("production").unwrap())
-                    .with_timeout(Duration::from_secs(30)),
-            ),
-            Brake::default(),
-        );
         let setup = IntakeSetup {
-            reconciler,
+            authentik: Arc::new(intake_support::client(&ak_url)),
             tenants: registry,
+            brake: Brake::default(),
             auth: WebhookAuth {
                 signing_secrets: vec![WHSEC.parse::<SigningSecret>().unwrap()],
                 bearer_tokens: vec![],

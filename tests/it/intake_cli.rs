@@ -25,7 +25,11 @@ fn serve_help_lists_the_intake_settings_with_defaults() {
         ("ONRAMP_RECONCILE_INTERVAL", Some("15m")),
         ("ONRAMP_BRAKE_MIN_USERS", Some("5")),
         ("ONRAMP_BRAKE_MAX_PERCENT", Some("10")),
-        ("ONRAMP_SACCTMGR_TIMEOUT", Some("60s")),
+        ("ONRAMP_SLURM_VIA", Some("kube-exec")),
+        ("ONRAMP_SLURM_SSH_HOST", None),
+        ("ONRAMP_SLURM_SSH_PORT", Some("22")),
+        ("ONRAMP_SLURM_SSH_KEY_FILE", None),
+        ("ONRAMP_SLURM_SSH_KNOWN_HOSTS", None),
     ] {
         let at = help.find(&format!("[env: {env}")).unwrap_or_else(|| panic!("{env} missing from help:\n{help}"));
         if let Some(d) = default {

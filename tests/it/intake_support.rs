@@ -20,7 +20,7 @@ use onramp::domain::names::{ClusterName, SlurmAccount, Username};
 use onramp::domain::secret::Secret;
 use onramp::domain::tenants::TenantRegistry;
 use onramp::engine::{Engine, Flow, Registry, StepCtx, StepFuture, Transition, WorkerStats};
-use onramp::flows::reconcile::{Brake, Reconciler};
+use onramp::flows::reconcile::Brake;
 use onramp::flows::user_offboard::USER_OFFBOARD;
 use onramp::flows::user_onboard::USER_ONBOARD;
 use onramp::intake::{SigningSecret, WebhookAuth};
@@ -307,10 +307,10 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let (fake, ak_url) = fake_authentik().await;
     let cluster = FakeCluster::default();
     let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
-    let reconciler = Reconciler::new(Arc::new(client(&ak_url)), tenants.clone(), cluster.slurm(), Brake::default());
     let setup = IntakeSetup {
-        reconciler,
+        authentik: Arc::new(client(&ak_url)),
         tenants,
+        brake: Brake::default(),
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,
@@ -324,13 +324,14 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
             .with(Recorded(USER_OFFBOARD))
             .with(Recorded(onramp::flows::tenant::TENANT_ONBOARD))
             .with(Recorded(onramp::flows::tenant::TENANT_OFFBOARD)),
+        cluster.slurm(),
     );
     let engine = Engine::new(db.pool.clone(), registry);
     let intake = setup.start(&engine);
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
     state.intake = Some(intake);
     state.tenants = Some(setup.tenants.clone());
-    let authentik = Some(setup.reconciler.authentik.clone());
+    let authentik = Some(setup.authentik.clone());
     state.plans = Some(Arc::new(onramp::dryrun::plan::Planner { cfg: dry_config(), authentik }));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();

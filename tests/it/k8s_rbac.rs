@@ -2,6 +2,8 @@
 //! fake API server, which records each request in RBAC terms (including `create` for an apply
 //! that creates, and both `get` and `create` for a WebSocket exec, as real API servers check);
 //! every request must be granted in its scope, and every granted rule must have been used.
+//! Only the worker's service account is bound; the API's has no rights and no token. And the
+//! tenant registry that deploy/base mounts loads.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -83,4 +85,30 @@ async fn rbac_grants_exactly_what_the_code_uses() {
     let unused: Vec<_> = granted.difference(&used).collect();
     assert!(missing.is_empty(), "calls not granted by deploy/rbac.yaml: {missing:?}");
     assert!(unused.is_empty(), "rules in deploy/rbac.yaml that no call uses: {unused:?}");
+}
+
+fn deploy_file(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn only_the_workers_service_account_is_bound() {
+    const WORKER: &str = "- {kind: ServiceAccount, name: onramp-worker, namespace: onramp}";
+    for f in ["rbac.yaml", "examples/tenant-foo/rolebinding.yaml"] {
+        let text = deploy_file(f);
+        let subjects: Vec<&str> = text.lines().map(str::trim).filter(|l| l.starts_with("- {kind:")).collect();
+        assert!(!subjects.is_empty(), "deploy/{f} binds nothing");
+        assert!(subjects.iter().all(|s| *s == WORKER), "deploy/{f} binds more than the worker: {subjects:?}");
+        assert!(!text.lines().any(|l| l.trim().starts_with("- kind:")), "deploy/{f}: one subject a line");
+    }
+    let accounts = deploy_file("base/serviceaccounts.yaml");
+    let api = accounts.split("\n---\n").find(|d| d.contains("name: onramp-api")).expect("onramp-api in deploy/base");
+    assert!(api.contains("automountServiceAccountToken: false"), "the API's service account gets no token");
+}
+
+#[test]
+fn the_registry_of_the_kubernetes_base_loads() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/tenants.yaml");
+    let registry = onramp::domain::tenants::TenantRegistry::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(registry.tenant("foo").is_some(), "the runbook's tenant foo");
 }

@@ -41,6 +41,9 @@ pub struct PlanArgs {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub slurm: SlurmArgs,
+    /// The `kube-exec` route's Kubernetes connection and slurmctld Deployment.
+    #[command(flatten, next_help_heading = "Kubernetes (the kube-exec route)")]
+    pub k8s: super::backends::K8sArgs,
     /// cgroup.conf on the Slurm host [default: beside slurm.conf].
     #[arg(long, env = "ONRAMP_SLURM_CGROUP_CONF", value_name = "PATH")]
     pub cgroup_conf: Option<String>,
@@ -85,9 +88,6 @@ pub struct ReconcileArgs {
     pub db: DbArgs,
     #[command(flatten)]
     pub intake: IntakeArgs,
-    /// The cluster whose associations reconcile reads.
-    #[command(flatten, next_help_heading = "Slurm")]
-    pub slurm: SlurmArgs,
     /// Only this tenant.
     #[arg(long, conflicts_with = "user")]
     pub tenant: Option<String>,

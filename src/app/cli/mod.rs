@@ -4,6 +4,7 @@
 
 mod args;
 mod backends;
+mod secret_files;
 mod settings;
 
 use std::ffi::OsString;
@@ -16,14 +17,14 @@ pub use args::{
     TokenAction, TokenArgs,
 };
 pub use backends::{BackendArgs, FlowArgs, K8sArgs, NotifyArgs, StorageArgs};
-pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
+pub use settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, SlurmVia, WorkerArgs};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "onramp",
     version,
     about = "Onboards and offboards users and tenants of a multi-tenant Slurm GPU cluster, driven by Authentik.",
-    after_help = "Every setting can also come from its environment variable, or from a settings file of NAME=value lines (--config); the environment wins over the file."
+    after_help = "Every setting can also come from its environment variable, or from a settings file of NAME=value lines (--config); the environment wins over the file. Secrets can also be read from a file named by NAME_FILE: DATABASE_URL_FILE, ONRAMP_API_TOKEN_FILE, ONRAMP_WEBHOOK_SECRETS_FILE, ONRAMP_WEBHOOK_TOKENS_FILE, ONRAMP_SMTP_URL_FILE, ONRAMP_SLACK_WEBHOOK_URL_FILE (and --authentik-token-file)."
 )]
 pub struct Cli {
     /// Settings file of NAME=value lines, using the environment variable names shown here.
@@ -64,17 +65,18 @@ pub enum Command {
     Tenant(TenantArgs),
     /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
     /// must-have is missing.
-    Doctor(DoctorArgs),
+    Doctor(Box<DoctorArgs>),
     /// Print every command and API request a flow would make, in order, with its waits, without
     /// doing anything (the flow's own steps, run against a simulation).
     Plan(Box<PlanArgs>),
 }
 
-/// Parses the command line after loading the settings file into the environment.
+/// Parses the command line after loading the settings file and the `*_FILE` secrets into the
+/// environment.
 /// On a mistake, prints one line naming the setting and exits with status 2.
 pub fn parse() -> Cli {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if let Err(e) = load_settings_file(&args) {
+    if let Err(e) = load_settings_file(&args).and_then(|()| secret_files::load()) {
         eprintln!("onramp: {e}");
         std::process::exit(2);
     }

@@ -113,9 +113,14 @@ pub struct IntakeArgs {
     /// … or at most this share (percent) of its users; beyond both it waits for approval.
     #[arg(long, env = "ONRAMP_BRAKE_MAX_PERCENT", default_value_t = 10)]
     pub brake_max_percent: u32,
-    /// Timeout of one sacctmgr call (the cluster's associations, one bulk read per pass).
-    #[arg(long, env = "ONRAMP_SACCTMGR_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
-    pub sacctmgr_timeout: Duration,
+}
+
+/// The Slurm route's name on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SlurmVia {
+    KubeExec,
+    Local,
+    Ssh,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -123,6 +128,27 @@ pub struct SlurmArgs {
     /// The Slurm cluster onramp manages (ClusterName in slurm.conf).
     #[arg(long, env = "ONRAMP_SLURM_CLUSTER", default_value = "production")]
     pub slurm_cluster: String,
+    /// How onramp reaches Slurm's commands, for every Slurm call (flows, reconcile, doctor):
+    /// `kube-exec` in a Ready pod of the slurmctld Deployment (ONRAMP_SLURM_NAMESPACE,
+    /// ONRAMP_SLURMCTLD_DEPLOYMENT); `local` on this host's PATH (beside a bare-metal
+    /// slurmctld); `ssh` to a controller host (ONRAMP_SLURM_SSH_*).
+    #[arg(long, env = "ONRAMP_SLURM_VIA", default_value = "kube-exec", value_name = "ROUTE")]
+    pub slurm_via: SlurmVia,
+    /// `ssh` route: the controller host.
+    #[arg(long, env = "ONRAMP_SLURM_SSH_HOST", value_name = "HOST")]
+    pub slurm_ssh_host: Option<String>,
+    /// `ssh` route: the remote user [default: ssh's own default].
+    #[arg(long, env = "ONRAMP_SLURM_SSH_USER", value_name = "USER")]
+    pub slurm_ssh_user: Option<String>,
+    /// `ssh` route: the controller's SSH port.
+    #[arg(long, env = "ONRAMP_SLURM_SSH_PORT", default_value_t = 22)]
+    pub slurm_ssh_port: u16,
+    /// `ssh` route: the private key file (mode 0600 or stricter).
+    #[arg(long, env = "ONRAMP_SLURM_SSH_KEY_FILE", value_name = "FILE")]
+    pub slurm_ssh_key_file: Option<PathBuf>,
+    /// `ssh` route: the known_hosts file holding the controller's host key (the only key trusted).
+    #[arg(long, env = "ONRAMP_SLURM_SSH_KNOWN_HOSTS", value_name = "FILE")]
+    pub slurm_ssh_known_hosts: Option<PathBuf>,
     /// How long one Slurm command may take.
     #[arg(long, env = "ONRAMP_SLURM_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub slurm_timeout: Duration,
