@@ -16,7 +16,17 @@ pub mod world;
 
 use std::process::ExitCode;
 
+use clap::ValueEnum;
 use cli::{Cli, Command};
+
+/// What the process is, as its traces say (`onramp.role`).
+fn role(command: &Command) -> String {
+    match command {
+        Command::Serve(a) => a.role.to_possible_value().map_or("serve".into(), |v| v.get_name().to_string()),
+        Command::Dev(_) => "dev".into(),
+        _ => "cli".into(),
+    }
+}
 
 /// Runs a parsed command line; errors are printed as one line.
 pub fn run(cli: Cli) -> ExitCode {
@@ -25,10 +35,20 @@ pub fn run(cli: Cli) -> ExitCode {
         (Command::Plan(_), "info") => "warn",
         (_, l) => l,
     };
-    if let Err(e) = telemetry::init(log, cli.log_format) {
-        eprintln!("onramp: {e}");
-        return ExitCode::from(2);
-    }
+    let otel = match telemetry::OtelSettings::from_env(&role(&cli.command)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("onramp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let telemetry = match telemetry::init(log, cli.log_format, otel.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("onramp: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -55,6 +75,8 @@ pub fn run(cli: Cli) -> ExitCode {
         };
         done.map(|()| ExitCode::SUCCESS)
     });
+    // the last spans go out before the process ends
+    telemetry.shutdown();
     match result {
         Ok(code) => code,
         Err(e) => {

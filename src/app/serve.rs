@@ -40,8 +40,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on {} (ONRAMP_LISTEN)", settings.listen))?,
         ),
     };
+    // a worker without the HTTP server still answers health checks and scrapes
+    let ops = match settings.runs_http() {
+        true => None,
+        false => Some(
+            TcpListener::bind(settings.worker_listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (ONRAMP_WORKER_LISTEN)", settings.worker_listen))?,
+        ),
+    };
     let worker = settings.runs_worker().then(|| settings.worker.clone());
     let plans = Some(settings.backends.dry());
-    let world = World::build(pool, Parts { flows, intake: settings.intake, plans });
+    let world = World::build(pool, Parts { flows, intake: settings.intake, plans })
+        .with_http(settings.http)
+        .with_ops_listener(ops);
     world.run(listener, worker, shutdown_on_signal()).await
 }

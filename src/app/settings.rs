@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::app::cli::{BackendArgs, ServeArgs, ServeRole, WorkerArgs};
+use crate::app::cli::{BackendArgs, HttpArgs, ServeArgs, ServeRole, WorkerArgs};
 use crate::app::intake::IntakeSetup;
 use crate::app::slurm_route::SlurmRoute;
 use crate::backends::kubernetes::K8sSettings;
@@ -18,6 +18,7 @@ use crate::domain::secret::Secret;
 use crate::dryrun::sim::DryConfig;
 use crate::engine::WorkerConfig;
 use crate::flows::settings::FlowSettings;
+use crate::http::HttpSettings;
 
 /// Where Slurm is and how long its commands may take.
 #[derive(Clone, Debug)]
@@ -49,7 +50,11 @@ pub struct Settings {
     pub pool_size: u32,
     pub migrate: bool,
     pub listen: std::net::SocketAddr,
+    /// Timeout, body limit and CORS of the HTTP server.
+    pub http: HttpSettings,
     pub worker: WorkerConfig,
+    /// A worker-only process's health and metrics listener.
+    pub worker_listen: std::net::SocketAddr,
     /// `None`: the Authentik intake is not configured (no webhook, no reconcile, no user flows).
     pub intake: Option<IntakeSetup>,
     pub backends: BackendSettings,
@@ -66,7 +71,9 @@ impl Settings {
             pool_size: a.db.db_pool_size,
             migrate: a.migrate,
             listen: a.http.listen,
+            http: http_settings(&a.http)?,
             worker: worker_config(&a.worker),
+            worker_listen: a.worker.worker_listen,
             intake,
             backends,
         })
@@ -113,6 +120,17 @@ impl BackendSettings {
             batch_window: self.slurm.batch_window,
         }
     }
+}
+
+pub fn http_settings(h: &HttpArgs) -> anyhow::Result<HttpSettings> {
+    let cors_origins = h
+        .cors_origins
+        .iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+        .map(|o| crate::http::parse_origin(o).map_err(anyhow::Error::msg).context("ONRAMP_CORS_ORIGINS"))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(HttpSettings { timeout: h.http_timeout, max_body: h.http_max_body, cors_origins })
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {

@@ -36,18 +36,34 @@ pub struct World {
     pub engine: Engine,
     intake: Option<IntakeSetup>,
     plans: Option<DryConfig>,
+    http: Arc<http::HttpSettings>,
+    /// A worker process's own listener for health and metrics.
+    ops: Option<TcpListener>,
 }
 
 impl World {
     /// The registry from what this process can run, then the engine over `pool`.
     pub fn build(pool: PgPool, parts: Parts) -> Self {
         let engine = Engine::new(pool, registry(&parts));
-        Self { engine, intake: parts.intake, plans: parts.plans }
+        Self { engine, intake: parts.intake, plans: parts.plans, http: Arc::default(), ops: None }
     }
 
     /// A world of the engine alone (its own flows), for the CLI's job commands and tests.
     pub fn bare(engine: Engine) -> Self {
-        Self { engine, intake: None, plans: None }
+        Self { engine, intake: None, plans: None, http: Arc::default(), ops: None }
+    }
+
+    /// The HTTP server's timeout, body limit and CORS (defaults without).
+    pub fn with_http(mut self, http: http::HttpSettings) -> Self {
+        self.http = Arc::new(http);
+        self
+    }
+
+    /// Also serves `/metrics`, `/healthz` and `/readyz` on `listener` (a worker process that has
+    /// no HTTP server of its own).
+    pub fn with_ops_listener(mut self, listener: Option<TcpListener>) -> Self {
+        self.ops = listener;
+        self
     }
 
     /// Runs the HTTP server (when given a listener) and a worker (when given a config) until
@@ -58,7 +74,7 @@ impl World {
         worker: Option<WorkerConfig>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let Self { engine, intake, plans } = self;
+        let Self { engine, intake, plans, http: settings, ops } = self;
         let stats = Arc::new(WorkerStats::default());
         let started = intake.as_ref().map(|s| s.start(&engine));
         if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
@@ -66,6 +82,7 @@ impl World {
         }
         let http = listener.map(|l| {
             let mut state = http::AppState::new(engine.clone(), stats.clone());
+            state.http = settings.clone();
             state.worker = worker.is_some();
             state.intake = started;
             state.tenants = intake.as_ref().map(|s| s.tenants.clone());
@@ -78,6 +95,14 @@ impl World {
             }
             tokio::spawn(http::serve(l, state, shutdown.clone()))
         });
+        let ops = ops.map(|l| {
+            let mut state = http::AppState::new(engine.clone(), stats.clone());
+            state.worker = worker.is_some();
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(%addr, "health and metrics listening");
+            }
+            tokio::spawn(http::serve_ops(l, state, shutdown.clone()))
+        });
         let worker = worker.map(|cfg| {
             let (engine, stats, shutdown) = (engine.clone(), stats.clone(), shutdown.clone());
             tokio::spawn(async move { engine.run_worker(cfg, stats, shutdown).await })
@@ -87,6 +112,9 @@ impl World {
         }
         if let Some(w) = worker {
             w.await?.context("worker")?;
+        }
+        if let Some(h) = ops {
+            h.await?.context("health and metrics listener")?;
         }
         Ok(())
     }

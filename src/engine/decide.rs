@@ -103,6 +103,8 @@ mod tests {
             id: 7,
             kind: "k".into(),
             subject: "s".into(),
+            tenant: "s".into(),
+            traceparent: None,
             input: json!({}),
             outputs: Map::new(),
             step_index,

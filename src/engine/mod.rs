@@ -14,6 +14,7 @@ mod policy;
 mod query;
 pub mod simulate;
 mod store;
+pub mod trace;
 mod worker;
 mod worker_tasks;
 

@@ -24,11 +24,15 @@ pub struct NewJob {
     /// Not before this moment; now when absent.
     pub run_at: Option<OffsetDateTime>,
     pub actor: Actor,
+    /// The trace context of the span the job was created in (see [`super::trace`]); its steps'
+    /// spans join that trace.
+    pub traceparent: Option<String>,
 }
 
 impl NewJob {
     pub fn new(kind: &str, subject: &str, input: Value, actor: Actor) -> Self {
-        Self { kind: kind.into(), subject: subject.into(), dedupe_key: None, input, run_at: None, actor }
+        let traceparent = super::trace::current();
+        Self { kind: kind.into(), subject: subject.into(), dedupe_key: None, input, run_at: None, actor, traceparent }
     }
     pub fn dedupe(mut self, key: impl Into<String>) -> Self {
         self.dedupe_key = Some(key.into());
@@ -76,11 +80,13 @@ pub async fn enqueue(
     let rows: Vec<(i64, bool)> = sqlx::query_as(
         "with v as materialized (
            select nextval(pg_get_serial_sequence('jobs', 'id')) as id, *
-           from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::timestamptz[], $7::text[])
-                with ordinality as v(kind, subject, dedupe_key, input, step, run_at, actor, ord)),
+           from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::timestamptz[], $7::text[],
+                       $9::text[])
+                with ordinality as v(kind, subject, dedupe_key, input, step, run_at, actor, traceparent, ord)),
          ins as (
-           insert into jobs (id, kind, subject, dedupe_key, input, step, run_at, created_by)
-           select id, kind, subject, dedupe_key, input, step, coalesce(run_at, now()), actor from v order by ord
+           insert into jobs (id, kind, subject, dedupe_key, input, step, run_at, created_by, traceparent)
+           select id, kind, subject, dedupe_key, input, step, coalesce(run_at, now()), actor, traceparent
+           from v order by ord
            on conflict (dedupe_key) where dedupe_key is not null and state not in ('succeeded', 'cancelled')
            do nothing
            returning id, step, created_by, run_at),
@@ -103,6 +109,7 @@ pub async fn enqueue(
     .bind(jobs.iter().map(|j| j.run_at).collect::<Vec<_>>())
     .bind(jobs.iter().map(|j| j.actor.as_str()).collect::<Vec<_>>())
     .bind(NOTIFY_JOBS)
+    .bind(jobs.iter().map(|j| j.traceparent.as_deref()).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await?;
 
@@ -130,6 +137,10 @@ pub(crate) struct Claimed {
     pub id: i64,
     pub kind: String,
     pub subject: String,
+    /// The subject's first segment.
+    pub tenant: String,
+    /// Where the job's steps' spans belong (see [`super::trace`]).
+    pub traceparent: Option<String>,
     pub input: Value,
     pub outputs: Map<String, Value>,
     pub step_index: i32,
@@ -164,7 +175,7 @@ pub(crate) async fn claim(
            update jobs j set state = 'running', attempt = j.attempt + 1, lease_owner = $2,
                   run_at = now() + $3 * interval '1 millisecond', updated_at = now()
            from cand where j.id = cand.id
-           returning j.id, j.kind, j.subject, j.input, j.outputs, j.step_index, j.step, j.attempt,
+           returning j.id, j.kind, j.subject, j.tenant, j.traceparent, j.input, j.outputs, j.step_index, j.step, j.attempt,
                      j.attempt_floor, j.step_waited, j.poll_deadline, j.approved_step, j.approved_by,
                      cand.old_state, cand.old_attempt, cand.old_owner),
          lost as (
@@ -181,7 +192,7 @@ pub(crate) async fn claim(
            select id, old_state, 'running', step, 'worker:' || $2,
                   case when old_state = 'running' then 'reclaimed: the lease of ' || coalesce(old_owner, '?') || ' expired' end
            from claimed)
-         select id, kind, subject, input, outputs, step_index, attempt, attempt_floor, step_waited,
+         select id, kind, subject, tenant, traceparent, input, outputs, step_index, attempt, attempt_floor, step_waited,
                 poll_deadline, case when approved_step = step_index then approved_by end as approved_by
          from claimed",
     )
@@ -201,6 +212,8 @@ pub(crate) async fn claim(
                 id: r.try_get("id")?,
                 kind: r.try_get("kind")?,
                 subject: r.try_get("subject")?,
+                tenant: r.try_get("tenant")?,
+                traceparent: r.try_get("traceparent")?,
                 input: r.try_get("input")?,
                 outputs,
                 step_index: r.try_get("step_index")?,

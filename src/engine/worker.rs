@@ -10,9 +10,11 @@ use sqlx::PgPool;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use super::decide::{Situation, decide};
 use super::store::{self, Claimed, StepWrite};
+use super::trace;
 use super::worker_tasks::{heartbeat, listen, write_loop};
 use super::{Engine, Flow, JobState, Jobs, Registry, StepCtx, StepOutcome, Transition};
 
@@ -232,8 +234,8 @@ async fn run_job(
             jobs: Some(shared.jobs.clone()),
         };
         let poll_expired = ctx.poll_expired();
-        let span = tracing::info_span!("step", job = c.id, kind = %c.kind, subject = %c.subject, step = steps[idx], attempt = c.attempt);
-        let Some((t, effects)) = run_step(flow.clone(), idx, ctx, policy.timeout, &cancel).await else {
+        let span = trace::step_span(&c, steps[idx]);
+        let Some((t, effects)) = run_step(flow.clone(), idx, ctx, policy.timeout, &cancel, &span).await else {
             tracing::info!(parent: &span, "step stopped: the job was cancelled or the lease lost");
             return;
         };
@@ -248,6 +250,7 @@ async fn run_job(
         };
         let mut write = decide(&situation, t);
         write.effects = (!effects.is_empty()).then_some(serde_json::Value::Array(effects));
+        trace::record_outcome(&span, write.outcome);
         match write.outcome {
             StepOutcome::Done => shared.stats.steps_done.fetch_add(1, Relaxed),
             StepOutcome::Retry => shared.stats.steps_retried.fetch_add(1, Relaxed),
@@ -293,9 +296,11 @@ async fn run_step(
     ctx: StepCtx,
     timeout: Duration,
     cancel: &CancellationToken,
+    span: &Span,
 ) -> Option<(Transition, Vec<serde_json::Value>)> {
     let step = ctx.step;
-    let mut handle = tokio::spawn(crate::effects::collect(async move { flow.run(idx, &ctx).await }));
+    let run = crate::effects::collect(async move { flow.run(idx, &ctx).await });
+    let mut handle = tokio::spawn(run.instrument(span.clone()));
     tokio::select! {
         r = tokio::time::timeout(timeout, &mut handle) => Some(match r {
             Ok(Ok(done)) => done,

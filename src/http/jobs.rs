@@ -26,7 +26,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/v1/whoami", whoami),
         route(Method::GET, "/v1/jobs", list),
         route(Method::GET, "/v1/jobs/{id}", show),
-        route(Method::GET, "/v1/stream", stream),
+        route(Method::GET, "/v1/stream", stream).long_lived(),
         route(Method::POST, "/v1/jobs/{id}/cancel", cancel),
         route(Method::POST, "/v1/jobs/{id}/retry", retry),
         route(Method::POST, "/v1/jobs/{id}/approve", approve),

@@ -10,6 +10,7 @@ mod extract;
 mod health;
 mod idempotency;
 mod jobs;
+mod layers;
 mod metrics;
 mod plans;
 mod problem;
@@ -32,6 +33,7 @@ use crate::engine::{Engine, WorkerStats};
 use crate::intake::Intake;
 
 pub use auth::AuthLimiter;
+pub use layers::{HttpSettings, parse_origin};
 pub use problem::Problem;
 
 #[derive(Clone)]
@@ -48,6 +50,8 @@ pub struct AppState {
     pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
     /// This process runs a worker (it claims the runnable kinds of its registry).
     pub worker: bool,
+    /// Timeout, body limit and CORS of the routes.
+    pub http: Arc<HttpSettings>,
 }
 
 impl AppState {
@@ -60,6 +64,7 @@ impl AppState {
             tenants: None,
             plans: None,
             worker: false,
+            http: Arc::default(),
         }
     }
 
@@ -84,6 +89,22 @@ pub struct Route {
     pub method: Method,
     pub path: &'static str,
     handler: MethodRouter<AppState>,
+    /// Its response stays open (a live stream): no request timeout.
+    long_lived: bool,
+    /// The handler limits its body itself (with its own setting).
+    own_body_limit: bool,
+}
+
+impl Route {
+    pub(crate) fn long_lived(mut self) -> Self {
+        self.long_lived = true;
+        self
+    }
+
+    pub(crate) fn own_body_limit(mut self) -> Self {
+        self.own_body_limit = true;
+        self
+    }
 }
 
 pub(crate) fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
@@ -92,7 +113,7 @@ where
     T: 'static,
 {
     let filter = MethodFilter::try_from(method.clone()).expect("a standard method");
-    Route { method, path, handler: on(filter, handler) }
+    Route { method, path, handler: on(filter, handler), long_lived: false, own_body_limit: false }
 }
 
 /// Every route onramp serves.
@@ -112,15 +133,35 @@ pub fn routes() -> Vec<Route> {
 }
 
 pub fn router(state: AppState) -> Router {
+    build(routes(), state)
+}
+
+/// The routes of a worker process's own small listener: health and metrics.
+pub fn ops_routes() -> Vec<Route> {
+    [health::routes(), metrics::routes()].into_iter().flatten().collect()
+}
+
+fn build(routes: Vec<Route>, state: AppState) -> Router {
+    let settings = state.http.clone();
     let mut r = Router::new();
-    for route in routes() {
-        r = r.route(route.path, route.handler);
+    for route in routes {
+        r = r.route(route.path, layers::per_route(route, &settings));
     }
-    r.fallback(|| async { Problem::not_found("no such route") }).with_state(state)
+    let r = r.fallback(|| async { Problem::not_found("no such route") }).with_state(state);
+    layers::around(r, &settings)
 }
 
 /// Serves until `shutdown` is cancelled, then finishes the requests in flight.
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    serve_router(listener, router(state), shutdown).await
+}
+
+/// Serves only `/metrics`, `/healthz` and `/readyz` (a worker process without the API).
+pub async fn serve_ops(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    serve_router(listener, build(ops_routes(), state), shutdown).await
+}
+
+async fn serve_router(listener: TcpListener, router: Router, shutdown: CancellationToken) -> std::io::Result<()> {
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

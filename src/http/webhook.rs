@@ -12,13 +12,15 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::{AppState, Problem, Route, route};
 use crate::flows::reconcile::jobs_for_subjects;
 use crate::intake::{AuthHeaders, Delivery, event};
 
 pub fn routes() -> Vec<Route> {
-    vec![route(Method::POST, "/webhooks/authentik", authentik)]
+    // the intake's own limit (ONRAMP_WEBHOOK_MAX_BODY), answered with its own problem
+    vec![route(Method::POST, "/webhooks/authentik", authentik).own_body_limit()]
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -115,7 +117,9 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
     let parsed = event::parse(&body);
     let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
-    let jobs = jobs_for_subjects(&parsed.subjects, &intake.tenants, &id.to_string(), intake.settle);
+    // the delivery's span: the reconcile jobs carry it, so their steps join this request's trace
+    let span = tracing::info_span!("delivery", delivery = %id, shape = parsed.shape, action = parsed.action.as_deref());
+    let jobs = span.in_scope(|| jobs_for_subjects(&parsed.subjects, &intake.tenants, &id.to_string(), intake.settle));
     let targets = json!(parsed.subjects.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>());
     let delivery = Delivery {
         id,
@@ -128,7 +132,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         targets,
         jobs,
     };
-    match intake.writer.store(delivery).await {
+    match intake.writer.store(delivery).instrument(span).await {
         Ok(stored) if stored.duplicate => {
             intake.stats.duplicates.fetch_add(1, Relaxed);
             (StatusCode::OK, Json(json!({ "delivery": stored.id, "duplicate": true }))).into_response()

@@ -130,6 +130,8 @@ pub fn spawn_worker_process(db: &TestDb, id: &str, lease: &str, extra: &[&str]) 
         .args(extra)
         .env("DATABASE_URL", &db.url)
         .env("ONRAMP_LOG", "warn")
+        // several on one host: each its own health and metrics port
+        .env("ONRAMP_WORKER_LISTEN", "127.0.0.1:0")
         .env_remove("ONRAMP_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -48,6 +48,7 @@ fn serve(e: &Env, role: &str, port: u16, vars: &[(&str, &str)], piped: bool) -> 
         .env("DATABASE_URL", &e.db.url)
         .env("ONRAMP_ROLE", role)
         .env("ONRAMP_LISTEN", format!("127.0.0.1:{port}"))
+        .env("ONRAMP_WORKER_LISTEN", "127.0.0.1:0")
         .env("ONRAMP_LOG", "warn")
         .env("ONRAMP_TENANTS", e.dir.path().join("tenants.yaml"))
         .env("ONRAMP_AUTHENTIK_URL", &e.authentik)

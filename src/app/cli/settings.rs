@@ -26,6 +26,16 @@ pub struct HttpArgs {
     /// Bearer token for the /v1 API. Without it the API answers 503.
     #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub api_token: Option<Secret>,
+    /// Longest an HTTP request may take (the live job stream is exempt).
+    #[arg(long, env = "ONRAMP_HTTP_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub http_timeout: Duration,
+    /// Largest API request body, in bytes (the webhook has ONRAMP_WEBHOOK_MAX_BODY).
+    #[arg(long, env = "ONRAMP_HTTP_MAX_BODY", default_value_t = 1_048_576)]
+    pub http_max_body: usize,
+    /// Browser origins allowed to call the API (the portal), comma-separated, e.g.
+    /// https://portal.example.org. None by default: no CORS headers.
+    #[arg(long, env = "ONRAMP_CORS_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -45,6 +55,9 @@ pub struct WorkerArgs {
     /// At SIGTERM, how long running steps may take to finish before their leases are released.
     #[arg(long, env = "ONRAMP_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// Where a worker-only process (--role worker) serves /metrics, /healthz and /readyz.
+    #[arg(long, env = "ONRAMP_WORKER_LISTEN", default_value = "0.0.0.0:9090")]
+    pub worker_listen: SocketAddr,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
