@@ -85,7 +85,7 @@ fn doctor_reports_what_the_test_cluster_really_lacks() {
     let config = onramp::backends::slurm::parse::config(&String::from_utf8_lossy(&config.stdout));
     let doctor = |extra: &[&str]| {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_onramp"))
-            .args(["doctor", "--json"])
+            .args(["doctor", "--json", "--slurm-via", "local"])
             .args(extra)
             .output()
             .unwrap();
