@@ -7,7 +7,7 @@ use onramp::backends::kubernetes::{K8s, K8sSettings};
 use onramp::domain::names::TenantName;
 use serde_json::json;
 
-use crate::fake_k8s::FakeK8s;
+use onramp_fakes::k8s::FakeK8s;
 
 pub const TENANT: &str = "tenant-foo";
 
