@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 
 use crate::world::cluster::{self, User};
 use crate::world::webhook::{self, Delivery};
-use crate::world::{Options, SlurmVia, World, eventually, process};
+use crate::world::{Options, SlurmVia, World, process};
 
 fn per_tenant() -> usize {
     std::env::var("ONRAMP_SYSTEM_USERS").ok().and_then(|n| n.parse().ok()).unwrap_or(100)
@@ -91,10 +91,7 @@ async fn succeeded(w: &World) -> usize {
 }
 
 async fn wait_progress(w: &World, n: usize) {
-    eventually(Duration::from_secs(300), &format!("{n} onboarded users"), || async move {
-        (succeeded(w).await >= n).then_some(())
-    })
-    .await;
+    w.wait_jobs("user.onboard", n, Duration::from_secs(300)).await;
 }
 
 /// Every effect of every user's onboarding, read outside onramp.

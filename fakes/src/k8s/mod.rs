@@ -73,7 +73,8 @@ pub(crate) struct Inner {
     protocols: Vec<&'static str>,
     patches: Vec<(String, String, Value)>,
     execs: Vec<Exec>,
-    projections: Vec<Projection>,
+    /// Each projection with the files it wrote (several may share a directory).
+    projections: Vec<(Projection, BTreeSet<String>)>,
 }
 
 pub(crate) type Shared = Arc<Mutex<Inner>>;
@@ -94,18 +95,25 @@ impl Inner {
         old
     }
 
-    fn project(&self, url: &str) {
-        for p in &self.projections {
-            if url == format!("/api/v1/namespaces/{}/secrets/{}", p.namespace, p.secret) {
-                project(p, self.objects.get(url));
+    fn project(&mut self, url: &str) {
+        for (p, written) in &mut self.projections {
+            if url == p.secret_url() {
+                *written = project(p, self.objects.get(url), written);
             }
         }
     }
 }
 
-/// Writes the Secret's keys as files of the projection's directory and removes the files of keys
-/// it no longer has (a file is replaced by a rename, as kubelet swaps its `..data` link).
-fn project(p: &Projection, secret: Option<&Value>) {
+impl Projection {
+    fn secret_url(&self) -> String {
+        format!("/api/v1/namespaces/{}/secrets/{}", self.namespace, self.secret)
+    }
+}
+
+/// Writes the Secret's keys as files of the projection's directory (each replaced by a rename,
+/// as kubelet swaps its `..data` link) and removes the files it wrote for keys the Secret no
+/// longer has; returns the files it has now.
+fn project(p: &Projection, secret: Option<&Value>, written: &BTreeSet<String>) -> BTreeSet<String> {
     use base64::Engine as _;
     let _ = std::fs::create_dir_all(&p.dir);
     let data = secret.and_then(|s| s["data"].as_object()).cloned().unwrap_or_default();
@@ -116,13 +124,10 @@ fn project(p: &Projection, secret: Option<&Value>) {
             let _ = std::fs::rename(&tmp, p.dir.join(key));
         }
     }
-    let Ok(entries) = std::fs::read_dir(&p.dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if !name.starts_with('.') && !data.contains_key(&name) {
-            let _ = std::fs::remove_file(e.path());
-        }
+    for gone in written.iter().filter(|k| !data.contains_key(*k)) {
+        let _ = std::fs::remove_file(p.dir.join(gone));
     }
+    data.keys().cloned().collect()
 }
 
 #[derive(Clone)]
@@ -193,9 +198,8 @@ impl FakeK8s {
     /// Projects Secret `namespace/secret` into `dir` from now on, as kubelet would.
     pub fn project(&self, p: Projection) {
         let mut g = self.lock();
-        let url = format!("/api/v1/namespaces/{}/secrets/{}", p.namespace, p.secret);
-        project(&p, g.objects.get(&url));
-        g.projections.push(p);
+        let written = project(&p, g.objects.get(&p.secret_url()), &BTreeSet::new());
+        g.projections.push((p, written));
     }
 
     pub fn accesses(&self) -> BTreeSet<Access> {

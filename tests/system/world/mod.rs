@@ -333,6 +333,9 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
+            p.kill_now();
+        }
         cluster::delete_slurm_state(&self.tenants);
         if std::thread::panicking() {
             // keep the files and logs of a failed run to look at
@@ -360,7 +363,8 @@ fn env(
 /// The world's directory: logs, the mounted files, the login pods' $HOME root, skeleton and
 /// `authorized_keys.d`, the fake storage CLI, the archive directory, the maildir.
 fn layout(d: &Path) {
-    for sub in ["logs", "config", "secrets", "home", "skel", "keys", "storage", "archive", "mail"] {
+    // (not mail/: aiosmtpd makes its maildir)
+    for sub in ["logs", "config", "secrets", "home", "skel", "keys", "storage", "archive"] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
     }
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -55,6 +55,13 @@ impl Proc {
         }
     }
 
+    /// SIGKILL without waiting (for `Drop`).
+    pub fn kill_now(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.start_kill();
+        }
+    }
+
     /// SIGTERM, then waits for it to exit: how it exited, or `None` if it did not within `grace`
     /// (then it is killed).
     pub async fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
