@@ -98,12 +98,14 @@ fn key(name: &str) -> String {
     format!("ssh-ed25519 {} {name}@laptop", base64::engine::general_purpose::STANDARD.encode(blob))
 }
 
-/// `per_tenant` users in each tenant; in a tenant with a team, every other user is in it.
+/// `per_tenant` users in each tenant (at most 10 000); in a tenant with a team, every other user
+/// is in it. A user's pk (and so uid) depends only on the tenant and the index, so the unix
+/// accounts of one run fit the next, whatever its size.
 pub fn users(tenants: &[Tenant], per_tenant: usize) -> Vec<User> {
     let mut out = Vec::new();
     for (ti, t) in tenants.iter().enumerate() {
         for i in 0..per_tenant {
-            let pk = (ti * per_tenant + i + 1) as i64;
+            let pk = ((ti + 1) * 10_000 + i) as i64;
             let username = format!("{PREFIX}-{}-{i:04}", t.name);
             let mut groups = vec![t.group.clone()];
             let account = match &t.team {
@@ -123,9 +125,18 @@ pub fn users(tenants: &[Tenant], per_tenant: usize) -> Vec<User> {
 /// The users' unix accounts on this host (uid = gid = pk + offset), as LDAP gives them to the
 /// login pods and to Slurm. Those already there are kept (the names are the world's own).
 pub fn ensure_unix_users(users: &[User], dir: &Path) {
+    let uid = |u: &User| Command::new("id").args(["-u", &u.username]).output().ok().filter(|o| o.status.success());
     let missing: Vec<&User> = users
         .iter()
-        .filter(|u| !Command::new("id").arg(&u.username).output().is_ok_and(|o| o.status.success()))
+        .filter(|u| match uid(u) {
+            Some(o) if String::from_utf8_lossy(&o.stdout).trim() == u.uid().to_string() => false,
+            Some(_) => {
+                // an account of an older numbering: made again below
+                let _ = Command::new("userdel").arg(&u.username).output();
+                true
+            }
+            None => true,
+        })
         .collect();
     if missing.is_empty() {
         return;
