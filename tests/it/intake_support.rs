@@ -2,7 +2,6 @@
 //! slurmdbd answering `sacctmgr show assoc` (the reconciler reads it through the real Slurm
 //! backend), and the service's HTTP app with the intake wired as in `serve`.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::TestDb;
-pub use onramp_fakes::authentik::{Fake, FakeState, FakeUser, TOKEN, fake_authentik, group_uuid};
+pub use onramp_fakes::authentik::{Fake, FakeUser, TOKEN, fake_authentik, group_uuid};
 
 pub const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 

@@ -43,7 +43,7 @@ async fn a_burst_of_webhooks_onboards_every_user_even_when_a_worker_is_killed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn onboarding_with_sacctmgr_on_the_host() {
-    let bin = process::binary("ONRAMP_BIN", "onramp", &["--release"]);
+    let bin = process::binary("ONRAMP_BIN", "onramp", process::RELEASE);
     if !process::help_mentions(&bin, "ONRAMP_SLURM_VIA") {
         eprintln!("SKIPPED: {} has no ONRAMP_SLURM_VIA setting yet", bin.display());
         return;

@@ -5,8 +5,8 @@
 //! standalone servers (`onramp-fakes`), and a real SMTP server. `World::start` returns with the
 //! tenants `foo` and `bar` onboarded and no users; a replica can be killed and restarted.
 //!
-//! Binaries: `ONRAMP_BIN` (else `cargo build --release`) and `ONRAMP_FAKES_BIN` (else `cargo
-//! build -p onramp-fakes`). Worlds run one at a time (they share the Slurm cluster's names).
+//! Binaries: `ONRAMP_BIN` and `ONRAMP_FAKES_BIN`, else both built with `cargo build --release
+//! --workspace --bins` (one build, so the two share their dependencies' builds). Worlds run one at a time (they share the Slurm cluster's names).
 
 pub mod cluster;
 pub mod db;
@@ -115,8 +115,8 @@ impl World {
         slurm_cluster_up();
         let tenants = cluster::tenants();
         cluster::delete_slurm_state(&tenants);
-        let bin = process::binary("ONRAMP_BIN", "onramp", &["--release"]);
-        let fakes_bin = process::binary("ONRAMP_FAKES_BIN", "onramp-fakes", &["-p", "onramp-fakes"]);
+        let bin = process::binary("ONRAMP_BIN", "onramp", process::RELEASE);
+        let fakes_bin = process::binary("ONRAMP_FAKES_BIN", "onramp-fakes", process::RELEASE);
         let dir = tempfile::Builder::new().prefix("onramp-system-").tempdir().unwrap();
         let d = dir.path().to_path_buf();
         layout(&d);

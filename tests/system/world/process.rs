@@ -121,8 +121,11 @@ pub async fn spawn_fake(bin: &Path, which: &str, extra: &[&str], log: PathBuf) -
     (child, url)
 }
 
+/// How `binary` builds: the release binaries of the workspace in one build (as scripts/test).
+pub const RELEASE: &[&str] = &["--release", "--workspace", "--bins"];
+
 /// The path of a binary of this workspace: `$<env>` if set, else built with `cargo build
-/// --locked <profile args> --bin <bin>` (where cargo puts it, whatever the target directory).
+/// --locked <cargo_args>` (where cargo puts it, whatever the target directory).
 pub fn binary(env: &str, bin: &str, cargo_args: &[&str]) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
@@ -135,7 +138,6 @@ pub fn binary(env: &str, bin: &str, cargo_args: &[&str]) -> PathBuf {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--locked", "--message-format=json-render-diagnostics"])
         .args(cargo_args)
-        .args(["--bin", bin])
         .stderr(Stdio::inherit())
         .output()
         .expect("run cargo");
