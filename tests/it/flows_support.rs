@@ -29,9 +29,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{TestDb, TestWorker};
-use crate::fake_k8s::FakeK8s;
 use crate::intake_support::{self, Fake, FakeUser, WHSEC};
 use crate::notify::Smtpd;
+use onramp_fakes::k8s::FakeK8s;
 
 /// The flows tests share the unix user onramp-carol (blocking a user blocks all their
 /// associations): one at a time.

@@ -130,8 +130,8 @@ async fn failed_runs(h: &Harness, id: i64, step: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_failure_at_each_onboarding_step_converges_without_repeating_effects() {
-    use crate::fake_k8s::Fault;
     use axum::http::Method;
+    use onramp_fakes::k8s::Fault;
     let _one = CAROL.lock().await;
     let h = Harness::start(short()).await;
     h.ensure_tenant_accounts().await;

@@ -1,17 +1,11 @@
-//! Intake test harness: a fake Authentik API speaking its wire format (an axum server), a fake
+//! Intake test harness: the fake Authentik API (from `onramp-fakes`), a fake
 //! slurmdbd answering `sacctmgr show assoc` (the reconciler reads it through the real Slurm
 //! backend), and the service's HTTP app with the intake wired as in `serve`.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use onramp::app::intake::IntakeSetup;
 use onramp::backends::authentik::{AuthentikClient, AuthentikConfig};
 use onramp::backends::exec::{Command, Output, RunFuture, Transport};
@@ -29,8 +23,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::TestDb;
+pub use onramp_fakes::authentik::{Fake, FakeUser, TOKEN, fake_authentik, group_uuid};
 
-pub const TOKEN: &str = "ak-test-token";
 pub const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 pub const TENANTS: &str = "\
@@ -44,159 +38,6 @@ tenants:
   - name: bar
     group: tenant-bar-users
 ";
-
-#[derive(Clone, Debug)]
-pub struct FakeUser {
-    pub pk: i64,
-    pub username: String,
-    pub is_active: bool,
-    pub groups: Vec<String>,
-    pub attributes: Value,
-}
-
-/// Authentik's state and a log of the requests it saw.
-#[derive(Default)]
-pub struct FakeState {
-    pub users: BTreeMap<i64, FakeUser>,
-    pub groups: Vec<String>,
-    /// Answers to give before the real one: (status, Retry-After seconds).
-    pub fail_next: VecDeque<(u16, Option<u64>)>,
-    pub requests: Vec<String>,
-}
-
-fn group_uuid(name: &str) -> String {
-    format!("{:032x}", name.bytes().fold(0u128, |h, b| h.wrapping_mul(131).wrapping_add(b as u128)))
-}
-
-impl FakeUser {
-    pub fn new(pk: i64, username: &str, groups: &[&str]) -> Self {
-        Self {
-            pk,
-            username: username.into(),
-            is_active: true,
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            attributes: json!({}),
-        }
-    }
-    fn json(&self) -> Value {
-        json!({
-            "pk": self.pk, "username": self.username, "name": format!("{} Example", self.username),
-            "email": format!("{}@example.org", self.username), "is_active": self.is_active,
-            "last_login": null, "is_superuser": false,
-            "groups": self.groups.iter().map(|g| group_uuid(g)).collect::<Vec<_>>(),
-            "groups_obj": self.groups.iter().map(|g| json!({"pk": group_uuid(g), "num_pk": 1, "name": g,
-                "is_superuser": false, "parent": null, "parent_name": null, "attributes": {}})).collect::<Vec<_>>(),
-            "attributes": self.attributes, "uid": format!("uid-{}", self.pk),
-            "uuid": format!("00000000-0000-4000-8000-{:012}", self.pk), "path": "users", "type": "internal",
-        })
-    }
-}
-
-pub type Fake = Arc<Mutex<FakeState>>;
-
-fn page(items: Vec<Value>, q: &BTreeMap<String, String>) -> Value {
-    let size: usize = q.get("page_size").and_then(|s| s.parse().ok()).unwrap_or(20);
-    let pageno: usize = q.get("page").and_then(|s| s.parse().ok()).unwrap_or(1);
-    let total = items.len();
-    let pages = total.div_ceil(size).max(1);
-    let results: Vec<Value> = items.into_iter().skip((pageno - 1) * size).take(size).collect();
-    json!({
-        "pagination": { "next": if pageno < pages { pageno + 1 } else { 0 }, "previous": pageno.saturating_sub(1),
-                        "count": total, "current": pageno, "total_pages": pages,
-                        "start_index": (pageno - 1) * size + 1, "end_index": ((pageno - 1) * size + size).min(total) },
-        "results": results,
-        "autocomplete": {},
-    })
-}
-
-fn gate(st: &mut FakeState, h: &HeaderMap, what: String) -> Option<Response> {
-    st.requests.push(what);
-    if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {TOKEN}")) {
-        return Some((StatusCode::FORBIDDEN, Json(json!({"detail": "Token invalid/expired"}))).into_response());
-    }
-    if let Some((status, retry)) = st.fail_next.pop_front() {
-        let mut r = (StatusCode::from_u16(status).unwrap(), "overloaded").into_response();
-        if let Some(s) = retry {
-            r.headers_mut().insert("retry-after", s.to_string().parse().unwrap());
-        }
-        return Some(r);
-    }
-    None
-}
-
-async fn users(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    let mut st = f.lock().unwrap();
-    if let Some(r) = gate(&mut st, &h, format!("GET users {q:?}")) {
-        return r;
-    }
-    let list: Vec<Value> = st
-        .users
-        .values()
-        .filter(|u| q.get("username").is_none_or(|n| &u.username == n))
-        .filter(|u| q.get("groups_by_name").is_none_or(|g| u.groups.contains(g)))
-        .filter(|u| q.get("is_active").is_none_or(|a| (a == "true") == u.is_active))
-        .map(FakeUser::json)
-        .collect();
-    Json(page(list, &q)).into_response()
-}
-
-async fn user(State(f): State<Fake>, h: HeaderMap, Path(pk): Path<i64>) -> Response {
-    let mut st = f.lock().unwrap();
-    if let Some(r) = gate(&mut st, &h, format!("GET user {pk}")) {
-        return r;
-    }
-    match st.users.get(&pk) {
-        Some(u) => Json(u.json()).into_response(),
-        None => (StatusCode::NOT_FOUND, Json(json!({"detail": "No User matches the given query."}))).into_response(),
-    }
-}
-
-async fn patch_user(State(f): State<Fake>, h: HeaderMap, Path(pk): Path<i64>, Json(b): Json<Value>) -> Response {
-    let mut st = f.lock().unwrap();
-    if let Some(r) = gate(&mut st, &h, format!("PATCH user {pk} {b}")) {
-        return r;
-    }
-    match st.users.get_mut(&pk) {
-        Some(u) => {
-            if let Some(a) = b.get("is_active").and_then(Value::as_bool) {
-                u.is_active = a;
-            }
-            Json(u.json()).into_response()
-        }
-        None => (StatusCode::NOT_FOUND, Json(json!({"detail": "No User matches the given query."}))).into_response(),
-    }
-}
-
-async fn groups(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    let mut st = f.lock().unwrap();
-    if let Some(r) = gate(&mut st, &h, format!("GET groups {q:?}")) {
-        return r;
-    }
-    let list: Vec<Value> = st
-        .groups
-        .iter()
-        .filter(|g| q.get("name").is_none_or(|n| *g == n))
-        .map(|g| json!({"pk": group_uuid(g), "num_pk": 1, "name": g, "is_superuser": false, "parent": null, "attributes": {}}))
-        .collect();
-    Json(page(list, &q)).into_response()
-}
-
-/// Starts the fake Authentik; returns its state and base URL.
-pub async fn fake_authentik() -> (Fake, String) {
-    let fake: Fake = Arc::new(Mutex::new(FakeState {
-        groups: ["tenant-foo-users", "tenant-foo-ml", "tenant-bar-users"].map(String::from).to_vec(),
-        ..Default::default()
-    }));
-    let app = Router::new()
-        .route("/api/v3/core/users/", get(users))
-        .route("/api/v3/core/users/{pk}/", get(user).patch(patch_user))
-        .route("/api/v3/core/groups/", get(groups))
-        .with_state(fake.clone());
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    (fake, format!("http://{addr}"))
-}
 
 pub fn client(url: &str) -> AuthentikClient {
     AuthentikClient::new(AuthentikConfig {

@@ -12,8 +12,8 @@ use onramp::domain::sshkey::PublicKey;
 use onramp::domain::tenants::K8sNames;
 use serde_json::json;
 
-use crate::fake_k8s::Fault;
 use crate::k8s_support::{TENANT, client, cluster, tenant};
+use onramp_fakes::k8s::Fault;
 
 const ALICE: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
 const BOB: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEbsZxVsY8Yr1gYU8e7x0zaF1bZKtOjM1i+7yJ0a4qaX bob";

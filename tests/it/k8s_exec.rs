@@ -15,8 +15,8 @@ use onramp::domain::names::{SlurmAccount, Username};
 use onramp::domain::sshkey::PublicKey;
 use onramp::domain::tenants::K8sNames;
 
-use crate::fake_k8s::Fault;
 use crate::k8s_support::{TENANT, client, cluster, tenant};
+use onramp_fakes::k8s::Fault;
 
 const T: Duration = Duration::from_secs(30);
 

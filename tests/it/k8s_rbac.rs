@@ -14,8 +14,8 @@ use onramp::domain::names::Username;
 use onramp::domain::sshkey::PublicKey;
 use serde_json::{Value, json};
 
-use crate::fake_k8s::Access;
 use crate::k8s_support::{TENANT, client, cluster, tenant};
+use onramp_fakes::k8s::Access;
 
 /// (role name, verb, resource) for every rule, reading the one-line rules of deploy/rbac.yaml.
 fn granted() -> BTreeSet<(String, String, String)> {

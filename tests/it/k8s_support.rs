@@ -7,7 +7,7 @@ use onramp::backends::kubernetes::{K8s, K8sSettings};
 use onramp::domain::tenants::{K8sNames, TenantRegistry};
 use serde_json::json;
 
-use crate::fake_k8s::FakeK8s;
+use onramp_fakes::k8s::FakeK8s;
 
 /// The namespace of tenant `foo` (the runbook's `tenant-<name>`).
 pub const TENANT: &str = "tenant-foo";

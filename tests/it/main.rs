@@ -7,7 +7,6 @@ mod dev;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
-mod fake_k8s;
 mod flows_plan;
 mod flows_support;
 mod flows_tenant;

@@ -1,62 +1,19 @@
-//! A fake Kubernetes API server that the real `kube` client talks to over HTTP: objects kept as
-//! JSON by URL, GET/list (label selectors), server-side apply, merge patch, DELETE, `Status`
-//! bodies for errors, and exec over WebSocket (v4/v5) running the argv as a local process and
-//! streaming its real output and exit code. Faults can be injected per request; every request is
-//! recorded in RBAC terms (verb, resource, namespace) so tests can compare it with deploy/.
+//! The REST side of the fake API server: objects by URL, list with label selectors, server-side
+//! apply (with field managers and resourceVersion conflicts), merge patch, DELETE, and injected
+//! faults, each request logged in RBAC terms.
 
-mod exec;
-
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::SocketAddr;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{Value, json};
 
-#[derive(Clone, Debug)]
-pub enum Fault {
-    /// Answer with this code and a Status body (and Retry-After for 429).
-    Status(u16, Option<u32>),
-    /// Answer only after this long.
-    Delay(Duration),
-    /// Exec: send the first output, then drop the connection without a status.
-    DropExec,
-}
+use super::{Access, Fault, Inner};
 
-/// One request, in RBAC terms.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Access {
-    pub verb: String,
-    /// `secrets`, `deployments.apps`, `pods/exec`, …
-    pub resource: String,
-    pub namespace: Option<String>,
-}
-
-#[derive(Default)]
-struct Inner {
-    objects: BTreeMap<String, Value>,
-    /// (object URL, field manager) → the leaf paths it applied last.
-    managed: BTreeMap<(String, String), BTreeSet<Vec<String>>>,
-    faults: VecDeque<(Method, String, Fault)>,
-    log: Vec<(Method, String, Access)>,
-    version: u64,
-    protocols: Vec<&'static str>,
-    patches: Vec<(String, String, Value)>,
-}
-
-#[derive(Clone)]
-pub struct FakeK8s {
-    inner: Arc<Mutex<Inner>>,
-    pub url: String,
-}
-
-fn status(code: u16, reason: &str, message: &str) -> Response {
+pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code});
     (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
@@ -137,7 +94,7 @@ fn remove_path(v: &mut Value, path: &[String]) {
     }
 }
 
-fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+pub(super) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
     form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect()
 }
 
@@ -148,89 +105,13 @@ fn selected(obj: &Value, selector: &str) -> bool {
     })
 }
 
-impl FakeK8s {
-    pub async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner {
-            protocols: vec!["v5.channel.k8s.io", "v4.channel.k8s.io"],
-            ..Default::default()
-        }));
-        let app = Router::new()
-            .route("/api/v1/namespaces/{ns}/pods/{pod}/exec", get(exec::exec))
-            .fallback(rest)
-            .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { inner, url: format!("http://{addr}") }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap()
-    }
-
-    /// Stores an object at its URL (e.g. `/api/v1/namespaces/t/secrets/x`).
-    pub fn put(&self, url: &str, obj: Value) {
-        let mut g = self.lock();
-        g.version += 1;
-        let mut obj = obj;
-        obj["metadata"]["resourceVersion"] = json!(g.version.to_string());
-        g.objects.insert(url.into(), obj);
-    }
-
-    pub fn get(&self, url: &str) -> Option<Value> {
-        self.lock().objects.get(url).cloned()
-    }
-
-    /// A Pod that is Running and Ready (or not), with labels.
-    pub fn pod(&self, ns: &str, name: &str, labels: Value, ready: bool) {
-        let cond = if ready { "True" } else { "False" };
-        self.put(
-            &format!("/api/v1/namespaces/{ns}/pods/{name}"),
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-                   "spec": {"containers": [{"name": "main"}]},
-                   "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": cond}]}}),
-        );
-    }
-
-    pub fn deployment(&self, ns: &str, name: &str, labels: Value) {
-        self.put(
-            &format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}"),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
-                   "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "main"}]}}}}),
-        );
-    }
-
-    /// The next request whose method matches and whose path contains `path` gets `fault`.
-    pub fn fault(&self, method: Method, path: &str, fault: Fault) {
-        self.lock().faults.push_back((method, path.into(), fault));
-    }
-
-    /// Which exec subprotocols the server accepts, in its order of preference.
-    pub fn protocols(&self, p: Vec<&'static str>) {
-        self.lock().protocols = p;
-    }
-
-    pub fn accesses(&self) -> BTreeSet<Access> {
-        self.lock().log.iter().map(|(_, _, a)| a.clone()).collect()
-    }
-
-    pub fn requests(&self) -> Vec<(Method, String)> {
-        self.lock().log.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect()
-    }
-
-    /// (content type, path, body) of each PATCH.
-    pub fn patches(&self) -> Vec<(String, String, Value)> {
-        self.lock().patches.clone()
-    }
-}
-
-fn take_fault(inner: &Mutex<Inner>, method: &Method, path: &str) -> Option<Fault> {
+pub(super) fn take_fault(inner: &Mutex<Inner>, method: &Method, path: &str) -> Option<Fault> {
     let mut g = inner.lock().unwrap();
     let i = g.faults.iter().position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
     g.faults.remove(i).map(|(_, _, f)| f)
 }
 
-async fn apply_fault(f: Option<Fault>) -> Option<Response> {
+pub(super) async fn apply_fault(f: Option<Fault>) -> Option<Response> {
     match f {
         Some(Fault::Status(429, after)) => {
             let secs = after.unwrap_or(1);
@@ -251,7 +132,7 @@ async fn apply_fault(f: Option<Fault>) -> Option<Response> {
     }
 }
 
-async fn rest(
+pub(super) async fn rest(
     State(inner): State<Arc<Mutex<Inner>>>,
     method: Method,
     uri: Uri,
@@ -293,7 +174,7 @@ async fn rest(
             axum::Json(json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": g.version.to_string()}, "items": items}))
                 .into_response()
         }
-        ("delete", true) => match g.objects.remove(&t.key) {
+        ("delete", true) => match g.store(&t.key, None) {
             Some(_) => axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
                 .into_response(),
             None => not_found(),
@@ -355,11 +236,8 @@ async fn rest(
                     &format!("the body of the request was in an unknown format: {ct}"),
                 );
             };
-            g.version += 1;
-            let mut obj = obj;
-            obj["metadata"]["resourceVersion"] = json!(g.version.to_string());
-            g.objects.insert(t.key.clone(), obj.clone());
-            axum::Json(obj).into_response()
+            g.store(&t.key, Some(obj));
+            axum::Json(g.objects[&t.key].clone()).into_response()
         }
         _ => status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"),
     }

@@ -13,7 +13,8 @@ use axum::response::Response;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::{Access, Fault, Inner, apply_fault, query_pairs, status, take_fault};
+use super::rest::{apply_fault, query_pairs, status, take_fault};
+use super::{Access, Exec, Fault, Inner};
 
 pub(super) async fn exec(
     State(inner): State<Arc<Mutex<Inner>>>,
@@ -39,10 +40,15 @@ pub(super) async fn exec(
         return status(400, "BadRequest", "you must specify at least 1 command");
     }
     let protocols = inner.lock().unwrap().protocols.clone();
-    ws.protocols(protocols).on_upgrade(move |socket| run(socket, argv, drop_mid_stream))
+    let mut record = Exec { namespace: ns, pod, argv, code: None };
+    ws.protocols(protocols).on_upgrade(move |socket| async move {
+        record.code = run(socket, &record.argv, drop_mid_stream).await;
+        inner.lock().unwrap().execs.push(record);
+    })
 }
 
-async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
+/// Runs `argv`, streaming its output; its exit code, or `None` when it ended without one.
+async fn run(mut socket: WebSocket, argv: &[String], drop_mid_stream: bool) -> Option<i32> {
     let child = tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
@@ -57,7 +63,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
                 "message": format!("Internal error occurred: error executing command in container: exec: \"{}\": {e}", argv[0])});
             let _ = socket.send(Message::Binary(channel(3, s.to_string().as_bytes()))).await;
             close(socket).await;
-            return;
+            return None;
         }
     };
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
@@ -71,7 +77,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
             // it unread would make our close a reset that loses the status.
             m = socket.recv() => match m {
                 Some(Ok(_)) => continue,
-                _ => return,
+                _ => return None,
             },
         };
         if n == 0 {
@@ -84,12 +90,12 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
         }
         let data = if ch == 1 { &ob[..n] } else { &eb[..n] };
         if socket.send(Message::Binary(channel(ch, data))).await.is_err() {
-            return;
+            return None;
         }
         if drop_mid_stream {
             // Drop the connection without a close frame or a status, as a dying proxy would.
             drop(socket);
-            return;
+            return None;
         }
     }
     let code = child.wait().await.map(|s| s.code().unwrap_or(-1)).unwrap_or(-1);
@@ -102,6 +108,7 @@ async fn run(mut socket: WebSocket, argv: Vec<String>, drop_mid_stream: bool) {
     };
     let _ = socket.send(Message::Binary(channel(3, st.to_string().as_bytes()))).await;
     close(socket).await;
+    Some(code)
 }
 
 /// Sends a close frame and waits until the client has gone, as an API server does: closing the

@@ -1,0 +1,430 @@
+//! The system test's world, reusable by any scenario: the release binary started as separate
+//! processes exactly as deploy/ configures them (env and files only) — one `api`, N `worker`
+//! replicas, after the migrate Job — against its own PostgreSQL database, the real Slurm test
+//! cluster (over `local` or `kube-exec`), the fake Kubernetes API and the fake Authentik as
+//! standalone servers (`onramp-fakes`), and a real SMTP server. `World::start` returns with the
+//! tenants `foo` and `bar` onboarded and no users; a replica can be killed and restarted.
+//!
+//! Binaries: `ONRAMP_BIN` and `ONRAMP_FAKES_BIN`, else both built with `cargo build --release
+//! --workspace --bins` (one build, so the two share their dependencies' builds). Worlds run one at a time (they share the Slurm cluster's names).
+
+pub mod cluster;
+pub mod db;
+pub mod deploy;
+pub mod mail;
+pub mod process;
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use onramp_fakes::client::{AuthentikControl, K8sControl};
+
+use self::cluster::{Tenant, User};
+use self::db::Db;
+use self::mail::Smtpd;
+use self::process::Proc;
+
+/// How onramp reaches `sacctmgr` (`ONRAMP_SLURM_VIA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlurmVia {
+    /// On this host, as a sidecar or a host with the Slurm client would.
+    Local,
+    /// In the slurmctld pod, through the Kubernetes exec API (the fake runs it here).
+    KubeExec,
+}
+
+impl SlurmVia {
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::KubeExec => "kube-exec",
+        }
+    }
+}
+
+pub struct Options {
+    pub slurm_via: SlurmVia,
+    pub workers: usize,
+    /// Settings beyond deploy/'s and the world's own (timers, concurrency), by variable.
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Options {
+    /// Two workers with short timers, so a run takes a couple of minutes.
+    pub fn new(slurm_via: SlurmVia) -> Self {
+        let settings = [
+            ("ONRAMP_PROPAGATION_WAIT", "1s"),
+            ("ONRAMP_KEY_DEADLINE", "2m"),
+            ("ONRAMP_LEASE", "5s"),
+            ("ONRAMP_POLL_INTERVAL", "1s"),
+            ("ONRAMP_WEBHOOK_SETTLE", "1s"),
+            ("ONRAMP_SHUTDOWN_GRACE", "5s"),
+            ("ONRAMP_LOG", "info"),
+        ];
+        let settings = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self { slurm_via, workers: 2, settings }
+    }
+}
+
+/// Polls `check` until it returns Some, or panics with `what` after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One world at a time in this process (they share the Slurm cluster's account names).
+static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub struct World {
+    pub opts: Options,
+    pub dir: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub db: Db,
+    pub k8s: K8sControl,
+    pub authentik: AuthentikControl,
+    pub smtpd: Smtpd,
+    pub api: Proc,
+    /// `http://127.0.0.1:<port>`.
+    pub api_url: String,
+    pub workers: Vec<Proc>,
+    pub tenants: Vec<Tenant>,
+    /// The site's settings: what an overlay adds to the ConfigMap `onramp-settings` (the fakes'
+    /// addresses, this host's paths, short timers).
+    pub site: BTreeMap<String, String>,
+    /// The API token (the Secret's `api-token`).
+    pub api_token: String,
+    pub http: reqwest::Client,
+    _fakes: Vec<tokio::process::Child>,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl World {
+    pub async fn start(opts: Options) -> Self {
+        let one = ONE.lock().await;
+        slurm_cluster_up();
+        let tenants = cluster::tenants();
+        cluster::delete_slurm_state(&tenants);
+        let bin = process::binary("ONRAMP_BIN", "onramp", process::RELEASE);
+        let fakes_bin = process::binary("ONRAMP_FAKES_BIN", "onramp-fakes", process::RELEASE);
+        let dir = tempfile::Builder::new().prefix("onramp-system-").tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        layout(&d);
+
+        let (k8s_child, k8s_url) = process::spawn_fake(&fakes_bin, "k8s", &[], d.join("logs/fake-k8s.log")).await;
+        let token = format!("ak-system-{}", uuid::Uuid::new_v4().simple());
+        let ak_log = d.join("logs/fake-authentik.log");
+        let (ak_child, ak_url) = process::spawn_fake(&fakes_bin, "authentik", &["--token", &token], ak_log).await;
+        let k8s = K8sControl::new(&k8s_url);
+        let authentik = AuthentikControl::new(&ak_url);
+        cluster::seed_kubernetes(&k8s, &tenants, &d.join("keys")).await;
+        let groups: Vec<&str> = tenants
+            .iter()
+            .flat_map(|t| std::iter::once(t.group.as_str()).chain(t.team.as_ref().map(|(_, g)| g.as_str())))
+            .collect();
+        authentik.add_groups(&groups).await.unwrap();
+        let smtpd = Smtpd::start(d.join("mail"), d.join("logs/smtpd.log")).await;
+        let db = Db::create().await;
+
+        // the files deploy/ mounts: the registry's ConfigMap and the Secret `onramp`, whose
+        // items each process gets in its own directory (only those its manifest mounts)
+        std::fs::write(d.join("config/tenants.yaml"), cluster::registry(&tenants)).unwrap();
+        let api_token = format!("onramp-system-{}", uuid::Uuid::new_v4().simple());
+        for (key, value) in [
+            ("database-url", db.url.as_str()),
+            ("api-token", &api_token),
+            ("webhook-secrets", webhook::WHSEC),
+            ("authentik-token", &token),
+        ] {
+            std::fs::write(d.join("secret").join(key), format!("{value}\n")).unwrap();
+        }
+        std::fs::write(d.join("site/kubeconfig"), kubeconfig(&k8s_url)).unwrap();
+        let path = |p: &str| d.join(p).display().to_string();
+        let site: BTreeMap<String, String> = [
+            ("ONRAMP_AUTHENTIK_URL", ak_url.clone()),
+            ("ONRAMP_KUBECONFIG", path("site/kubeconfig")),
+            ("ONRAMP_SLURM_VIA", opts.slurm_via.setting().into()),
+            ("ONRAMP_SLURM_CLUSTER", "production".into()),
+            ("ONRAMP_MANAGE_KEYS", "true".into()),
+            ("ONRAMP_HOME_ROOT", path("home")),
+            ("ONRAMP_SKEL_DIR", path("skel")),
+            ("ONRAMP_AUTHORIZED_KEYS_DIR", path("keys")),
+            ("ONRAMP_LOGIN_RUN_AS", "runuser -u {user} --".into()),
+            ("ONRAMP_SMOKE_GRES", "gpu:0".into()),
+            ("ONRAMP_WEKA_BIN", path("storage/weka")),
+            ("ONRAMP_ARCHIVE_DIR", path("archive")),
+            ("ONRAMP_SMTP_URL", smtpd.url()),
+            ("ONRAMP_MAIL_FROM", "onramp <onramp@cluster.example>".into()),
+            ("ONRAMP_LOGIN_ADDRESS", "login.{tenant}.cluster.example".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+
+        let migrate = deploy::migrate();
+        let mut m = Proc::spawn(
+            "migrate",
+            &bin,
+            &migrate.args,
+            env(&migrate, "onramp-migrate", &site, &opts, &d),
+            d.join("logs/migrate.log"),
+        );
+        let status = eventually(Duration::from_secs(60), "the migrate Job to finish", || {
+            let s = m.exited();
+            async move { s }
+        })
+        .await;
+        assert!(status.success(), "onramp migrate: {status}\n{}", m.tail(30));
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let api_url = format!("http://127.0.0.1:{port}");
+        let a = deploy::api();
+        let mut api_env = env(&a, "onramp-api-0", &site, &opts, &d);
+        api_env.insert("ONRAMP_LISTEN".into(), format!("127.0.0.1:{port}"));
+        let api = Proc::spawn("api", &bin, &a.args, api_env, d.join("logs/api.log"));
+        let mut w = Self {
+            opts,
+            dir,
+            bin,
+            db,
+            k8s,
+            authentik,
+            smtpd,
+            api,
+            api_url,
+            workers: vec![],
+            tenants,
+            site,
+            api_token,
+            http: reqwest::Client::new(),
+            _fakes: vec![k8s_child, ak_child],
+            _one: one,
+        };
+        for i in 0..w.opts.workers {
+            let wk = deploy::worker();
+            let name = format!("onramp-worker-{i}");
+            let log = w.dir.path().join(format!("logs/{name}.log"));
+            let mut e = env(&wk, &name, &w.site, &w.opts, w.dir.path());
+            // each pod has its own address; on one host, each replica its own port
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            e.insert("ONRAMP_WORKER_LISTEN".into(), format!("127.0.0.1:{port}"));
+            w.workers.push(Proc::spawn(&name, &w.bin, &wk.args, e, log));
+        }
+        w.wait_ready().await;
+        w.onboard_tenants().await;
+        w
+    }
+
+    /// The API answers /readyz and every worker has its LISTEN connection up.
+    pub async fn wait_ready(&mut self) {
+        let (http, url) = (self.http.clone(), format!("{}/readyz", self.api_url));
+        let ready = eventually(Duration::from_secs(60), "the api replica to be ready", || {
+            let (http, url) = (http.clone(), url.clone());
+            async move { http.get(url).send().await.ok().filter(|r| r.status().is_success()).map(drop) }
+        });
+        tokio::select! {
+            _ = ready => {}
+            _ = self.died() => panic!("a process died while starting:\n{}", self.logs()),
+        }
+        // the Secret's api-token reached the API as a file (ONRAMP_API_TOKEN_FILE)
+        let r = self.http.get(format!("{}/v1/jobs?limit=1", self.api_url)).bearer_auth(&self.api_token).send();
+        let status = r.await.map(|r| r.status().as_u16()).unwrap_or(0);
+        assert_eq!(status, 200, "GET /v1/jobs with the Secret's api-token");
+        let n = self.workers.iter().filter(|w| w.pid().is_some()).count() as i64;
+        eventually(Duration::from_secs(60), "the workers to LISTEN", || async {
+            (self.db.listeners().await >= n).then_some(())
+        })
+        .await;
+    }
+
+    /// Resolves when one of the onramp processes has exited.
+    async fn died(&mut self) {
+        loop {
+            if self.api.exited().is_some() || self.workers.iter_mut().any(|w| w.exited().is_some()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `onramp tenant onboard <name>` for each tenant (as an operator runs it), then waits.
+    async fn onboard_tenants(&mut self) {
+        for t in &self.tenants {
+            let o = tokio::process::Command::new(&self.bin)
+                .args(["tenant", "onboard", t.name])
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("DATABASE_URL", &self.db.url)
+                .env("ONRAMP_TENANTS", self.dir.path().join("config/tenants.yaml"))
+                .output()
+                .await
+                .unwrap();
+            assert!(o.status.success(), "onramp tenant onboard {}: {}", t.name, String::from_utf8_lossy(&o.stderr));
+        }
+        self.wait_jobs("tenant.onboard", self.tenants.len(), Duration::from_secs(120)).await;
+    }
+
+    /// Waits until `n` jobs of `kind` have succeeded; fails at once on a failed one.
+    pub async fn wait_jobs(&self, kind: &str, n: usize, deadline: Duration) {
+        let end = tokio::time::Instant::now() + deadline;
+        loop {
+            let s = self.db.states(kind).await;
+            if s.get("succeeded").copied().unwrap_or(0) as usize >= n {
+                return;
+            }
+            let stuck = ["failed", "cancelled", "needs_approval"].iter().any(|k| s.contains_key(*k));
+            if stuck || tokio::time::Instant::now() > end {
+                panic!("{kind} jobs: {s:?} (want {n} succeeded)\n{}", self.diagnosis().await);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The users: their unix accounts (as LDAP gives them to the login pods and to Slurm), then
+    /// their Authentik accounts (through the fake's control API).
+    pub async fn add_users(&self, users: &[User]) {
+        cluster::ensure_unix_users(users, self.dir.path());
+        let fakes: Vec<_> = users.iter().map(User::fake).collect();
+        for chunk in fakes.chunks(500) {
+            self.authentik.add_users(chunk).await.unwrap();
+        }
+    }
+
+    pub fn webhook_url(&self) -> String {
+        format!("{}/webhooks/authentik", self.api_url)
+    }
+
+    /// `kill -9` of worker `i`.
+    pub async fn kill_worker(&mut self, i: usize) {
+        self.workers[i].kill9().await;
+    }
+
+    /// Starts worker `i` again, as deploy/ starts a replica, and waits until it listens.
+    pub async fn restart_worker(&mut self, i: usize) {
+        self.workers[i].restart();
+        self.wait_ready().await;
+    }
+
+    /// SIGTERM to every onramp process; each must exit by itself, successfully, within its grace.
+    pub async fn stop(&mut self) {
+        let mut bad = vec![];
+        for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
+            match p.terminate(Duration::from_secs(20)).await {
+                Some(s) if s.success() => {}
+                other => bad.push(format!("{}: {other:?}\n{}", p.name, p.tail(10))),
+            }
+        }
+        assert!(bad.is_empty(), "processes that did not stop cleanly at SIGTERM:\n{}", bad.join("\n"));
+    }
+
+    /// What to look at when something did not happen: troubled jobs and the processes' logs.
+    pub async fn diagnosis(&self) -> String {
+        format!("jobs in trouble: {:#?}\n{}", self.db.troubles().await, self.logs())
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for p in std::iter::once(&self.api).chain(&self.workers) {
+            s += &format!("---- {} ({})\n{}\n", p.name, p.log.display(), p.tail(15));
+        }
+        s
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
+            p.kill_now();
+        }
+        cluster::delete_slurm_state(&self.tenants);
+        if std::thread::panicking() {
+            // keep the files and logs of a failed run to look at
+            let Ok(empty) = tempfile::tempdir() else { return };
+            let kept = std::mem::replace(&mut self.dir, empty).keep();
+            eprintln!("system: the world's files and logs are kept in {}", kept.display());
+        }
+    }
+}
+
+/// A container's environment as its pod gets it: the Secret (`envFrom`), then its own `env`,
+/// which wins, as in Kubernetes; the options' settings (shorter timers) win over both.
+/// A process's environment as deploy/base gives it: the ConfigMap `onramp-settings` (its
+/// literals, then the site's), the container's own env with its mounts' paths moved into the
+/// world's directory (the registry; the Secret's items it mounts, copied into a directory of
+/// the pod's own), then the scenario's overrides.
+fn env(
+    c: &deploy::Container,
+    pod: &str,
+    site: &BTreeMap<String, String>,
+    opts: &Options,
+    d: &Path,
+) -> BTreeMap<String, String> {
+    let mut e = BTreeMap::new();
+    if c.settings_env {
+        e.extend(deploy::settings_literals());
+        e.extend(site.clone());
+    }
+    let local = |v: &deploy::Volume| match v {
+        deploy::Volume::ConfigMap(name) if name == "onramp-tenants" => Some(d.join("config").display().to_string()),
+        deploy::Volume::Secret(items) => {
+            let dir = d.join("mounts").join(pod);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (key, file) in items {
+                std::fs::copy(d.join("secret").join(key), dir.join(file))
+                    .unwrap_or_else(|e| panic!("the Secret onramp has no {key}: {e}"));
+            }
+            Some(dir.display().to_string())
+        }
+        _ => None,
+    };
+    e.extend(c.env_in(pod, local));
+    e.extend(opts.settings.clone());
+    e
+}
+
+/// The world's directory: logs, the mounted files, the login pods' $HOME root, skeleton and
+/// `authorized_keys.d`, the fake storage CLI, the archive directory, the maildir.
+fn layout(d: &Path) {
+    // (not mail/: aiosmtpd makes its maildir)
+    for sub in ["logs", "config", "secret", "site", "mounts", "home", "skel", "keys", "storage", "archive"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(d.join("skel/.bashrc"), "# skel\n").unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
+    std::os::unix::fs::symlink(script, d.join("storage/weka")).unwrap();
+    let _ = std::process::Command::new("chown").arg("slurm").arg(d.join("archive")).status();
+}
+
+fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n  - name: fake\n    cluster: {{ server: \"{url}\" }}\n\
+         users:\n  - name: onramp\n    user: {{ token: fake-service-account-token }}\n\
+         contexts:\n  - name: fake\n    context: {{ cluster: fake, user: onramp, namespace: onramp }}\n\
+         current-context: fake\n"
+    )
+}
+
+/// The Slurm test cluster answers (`scripts/slurm-test-cluster.sh start` starts it).
+fn slurm_cluster_up() {
+    let o = std::process::Command::new("sacctmgr").args(["-n", "-P", "show", "cluster", "format=cluster"]).output();
+    let up = o.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "production"));
+    assert!(up, "the Slurm test cluster is not running ({o:?}): run `scripts/slurm-test-cluster.sh start`");
+}
