@@ -13,12 +13,12 @@ pub mod db;
 pub mod deploy;
 pub mod mail;
 pub mod process;
+pub mod setup;
 pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use onramp_fakes::client::{AuthentikControl, K8sControl};
@@ -27,6 +27,7 @@ use self::cluster::{Tenant, User};
 use self::db::Db;
 use self::mail::Smtpd;
 use self::process::Proc;
+use self::setup::{env, kubeconfig, layout};
 
 /// How onramp reaches `sacctmgr` (`ONRAMP_SLURM_VIA`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -361,65 +362,6 @@ impl Drop for World {
             eprintln!("system: the world's files and logs are kept in {}", kept.display());
         }
     }
-}
-
-/// A container's environment as its pod gets it: the Secret (`envFrom`), then its own `env`,
-/// which wins, as in Kubernetes; the options' settings (shorter timers) win over both.
-/// A process's environment as deploy/base gives it: the ConfigMap `onramp-settings` (its
-/// literals, then the site's), the container's own env with its mounts' paths moved into the
-/// world's directory (the registry; the Secret's items it mounts, copied into a directory of
-/// the pod's own), then the scenario's overrides.
-fn env(
-    c: &deploy::Container,
-    pod: &str,
-    site: &BTreeMap<String, String>,
-    opts: &Options,
-    d: &Path,
-) -> BTreeMap<String, String> {
-    let mut e = BTreeMap::new();
-    if c.settings_env {
-        e.extend(deploy::settings_literals());
-        e.extend(site.clone());
-    }
-    let local = |v: &deploy::Volume| match v {
-        deploy::Volume::ConfigMap(name) if name == "onramp-tenants" => Some(d.join("config").display().to_string()),
-        deploy::Volume::Secret(items) => {
-            let dir = d.join("mounts").join(pod);
-            std::fs::create_dir_all(&dir).unwrap();
-            for (key, file) in items {
-                std::fs::copy(d.join("secret").join(key), dir.join(file))
-                    .unwrap_or_else(|e| panic!("the Secret onramp has no {key}: {e}"));
-            }
-            Some(dir.display().to_string())
-        }
-        _ => None,
-    };
-    e.extend(c.env_in(pod, local));
-    e.extend(opts.settings.clone());
-    e
-}
-
-/// The world's directory: logs, the mounted files, the login pods' $HOME root, skeleton and
-/// `authorized_keys.d`, the fake storage CLI, the archive directory, the maildir.
-fn layout(d: &Path) {
-    // (not mail/: aiosmtpd makes its maildir)
-    for sub in ["logs", "config", "secret", "site", "mounts", "home", "skel", "keys", "storage", "archive"] {
-        std::fs::create_dir_all(d.join(sub)).unwrap();
-    }
-    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(d.join("skel/.bashrc"), "# skel\n").unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
-    std::os::unix::fs::symlink(script, d.join("storage/weka")).unwrap();
-    let _ = std::process::Command::new("chown").arg("slurm").arg(d.join("archive")).status();
-}
-
-fn kubeconfig(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n  - name: fake\n    cluster: {{ server: \"{url}\" }}\n\
-         users:\n  - name: onramp\n    user: {{ token: fake-service-account-token }}\n\
-         contexts:\n  - name: fake\n    context: {{ cluster: fake, user: onramp, namespace: onramp }}\n\
-         current-context: fake\n"
-    )
 }
 
 /// The Slurm test cluster answers (`scripts/slurm-test-cluster.sh start` starts it).
