@@ -32,6 +32,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    if settings.runs_http() {
+        crate::http::access::install_settings_token(&pool, settings.api_token.as_ref())
+            .await
+            .context("ONRAMP_API_TOKEN")?;
+    }
     let listener = match settings.runs_http() {
         false => None,
         true => Some(

@@ -50,6 +50,8 @@ pub struct Settings {
     pub pool_size: u32,
     pub migrate: bool,
     pub listen: std::net::SocketAddr,
+    /// An admin token from the settings (`ONRAMP_API_TOKEN`), installed by the API at start.
+    pub api_token: Option<Secret>,
     /// Timeout, body limit and CORS of the HTTP server.
     pub http: HttpSettings,
     pub worker: WorkerConfig,
@@ -71,6 +73,7 @@ impl Settings {
             pool_size: a.db.db_pool_size,
             migrate: a.migrate,
             listen: a.http.listen,
+            api_token: a.http.api_token.clone(),
             http: http_settings(&a.http)?,
             worker: worker_config(&a.worker),
             worker_listen: a.worker.worker_listen,

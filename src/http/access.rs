@@ -93,6 +93,8 @@ pub enum TokenError {
     BadName(String),
     #[error("no token named {0:?}")]
     NotFound(String),
+    #[error("ONRAMP_API_TOKEN must have at least 24 characters (e.g. openssl rand -hex 24)")]
+    Weak,
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -134,6 +136,35 @@ pub async fn create(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The name of the admin token given by the settings (`ONRAMP_API_TOKEN`); `create` cannot make
+/// a token of this name (its `:`).
+pub const SETTINGS_TOKEN: &str = "settings:ONRAMP_API_TOKEN";
+
+/// Makes `token` (from the settings) a valid admin token, replacing an earlier one; with `None`,
+/// revokes the one an earlier start installed. Idempotent: every API replica runs it at start.
+pub async fn install_settings_token(pool: &PgPool, token: Option<&Secret>) -> Result<(), TokenError> {
+    let Some(token) = token else {
+        sqlx::query("update api_tokens set revoked_at = coalesce(revoked_at, now()) where name = $1")
+            .bind(SETTINGS_TOKEN)
+            .execute(pool)
+            .await?;
+        return Ok(());
+    };
+    if token.expose().len() < 24 {
+        return Err(TokenError::Weak);
+    }
+    sqlx::query(
+        "insert into api_tokens (name, role, tenant, hash, created_by) values ($1, 'admin', null, $2, 'settings')
+         on conflict (name) do update set hash = excluded.hash, role = 'admin', tenant = null,
+             revoked_at = null, expires_at = null",
+    )
+    .bind(SETTINGS_TOKEN)
+    .bind(digest(token.expose()))
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// The principal behind a presented token, if it is known, unexpired and not revoked.

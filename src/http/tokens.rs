@@ -28,7 +28,7 @@ impl From<TokenError> for Problem {
             e @ TokenError::NameTaken(_) => {
                 Problem::new(StatusCode::CONFLICT, "token-exists", "Token exists", e.to_string())
             }
-            e @ TokenError::BadName(_) => Problem::bad_request(e.to_string()),
+            e @ (TokenError::BadName(_) | TokenError::Weak) => Problem::bad_request(e.to_string()),
             e @ TokenError::NotFound(_) => Problem::not_found(e.to_string()),
             TokenError::Db(e) => Problem::from(crate::engine::EngineError::from(e)),
         }

@@ -13,6 +13,8 @@ use crate::common::{TestDb, eventually};
 use crate::intake_support::{TENANTS, TOKEN, WHSEC, fake_authentik};
 use crate::k8s_support::cluster;
 
+const SETTINGS_TOKEN: &str = "onramp-settings-token-0123456789abcdef";
+
 struct Env {
     db: TestDb,
     dir: tempfile::TempDir,
@@ -120,9 +122,17 @@ async fn readiness_says_which_kinds_a_process_runs_and_which_it_accepts() {
     let (fake, _) = cluster().await;
     let e = env(&fake.url).await;
     let api_port = free_port();
-    let _api = serve(&e, "api", api_port, &[("ONRAMP_SLURM_VIA", "ssh")], false);
+    let _api = serve(&e, "api", api_port, &[("ONRAMP_SLURM_VIA", "ssh"), ("ONRAMP_API_TOKEN", SETTINGS_TOKEN)], false);
     let r = ready(api_port).await;
     assert_eq!((r["status"].as_str(), r["worker"].as_bool()), (Some("ready"), Some(false)), "{r}");
+    // ONRAMP_API_TOKEN is an admin token while it is set
+    let jobs = |port: u16| {
+        reqwest::Client::new().get(format!("http://127.0.0.1:{port}/v1/jobs")).bearer_auth(SETTINGS_TOKEN).send()
+    };
+    assert_eq!(jobs(api_port).await.unwrap().status(), 200);
+    // a guessable one stops the API
+    let (ok, line) = refusal(serve(&e, "api", free_port(), &[("ONRAMP_API_TOKEN", "short")], true)).await;
+    assert!(!ok && line.contains("ONRAMP_API_TOKEN") && line.contains("at least 24 characters"), "{line}");
     assert!(names(&r["runs"]).is_empty(), "the API runs nothing: {r}");
     for kind in ["user.onboard", "user.offboard", "reconcile.full", "tenant.offboard"] {
         assert!(names(&r["accepts"]).contains(&kind), "the API accepts {kind}: {r}");
@@ -132,6 +142,9 @@ async fn readiness_says_which_kinds_a_process_runs_and_which_it_accepts() {
     let _all = serve(&e, "both", all_port, &[("ONRAMP_SLURM_VIA", "local")], false);
     let r = ready(all_port).await;
     assert_eq!(r["worker"].as_bool(), Some(true), "{r}");
+    // started without it, the settings' token is revoked
+    assert_eq!(jobs(all_port).await.unwrap().status(), 401);
+    assert_eq!(jobs(api_port).await.unwrap().status(), 401);
     for kind in ["selftest", "user.onboard", "user.offboard", "reconcile.user", "reconcile.full"] {
         assert!(names(&r["runs"]).contains(&kind), "a worker with its backends runs {kind}: {r}");
     }

@@ -23,7 +23,8 @@ pub struct HttpArgs {
     /// Address the HTTP server listens on.
     #[arg(long, env = "ONRAMP_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Bearer token for the /v1 API. Without it the API answers 503.
+    /// An admin token for the /v1 API (at least 24 characters; prefer ONRAMP_API_TOKEN_FILE): valid
+    /// while it is set, revoked when it is unset. Other tokens: `onramp token create`.
     #[arg(long, env = "ONRAMP_API_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub api_token: Option<Secret>,
     /// Longest an HTTP request may take (the live job stream is exempt).
