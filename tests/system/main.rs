@@ -7,4 +7,7 @@
 //! users' unix accounts). `ONRAMP_BIN` / `ONRAMP_FAKES_BIN` name prebuilt binaries.
 
 mod onboarding;
+#[path = "../it/otlp.rs"]
+mod otlp;
+mod traces;
 mod world;

@@ -43,12 +43,26 @@ async fn a_burst_of_webhooks_onboards_every_user_even_when_a_worker_is_killed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn onboarding_with_sacctmgr_on_the_host() {
-    let mut w = World::start(Options::new(SlurmVia::Local)).await;
+    // every process exports its spans to this test (OTLP/HTTP, protobuf: the default)
+    let receiver = crate::otlp::Receiver::start();
+    let mut opts = Options::new(SlurmVia::Local);
+    opts.settings.insert("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.base.clone());
+    let mut w = World::start(opts).await;
     let users = cluster::users(&w.tenants, per_tenant().min(20));
     burst(&w, &users).await;
     w.wait_jobs("user.onboard", users.len(), Duration::from_secs(300)).await;
     check(&w, &users).await;
     w.stop().await;
+    // after SIGTERM every process has flushed its spans
+    let jobs: Vec<(i64, String)> =
+        sqlx::query_as("select id, split_part(subject, '/', 1) from jobs where kind = 'user.onboard'")
+            .fetch_all(&w.db.pool)
+            .await
+            .unwrap();
+    let steps =
+        ["preflight", "resolve_user", "key_in_secret", "propagation_wait", "slurm_association", "smoke_test", "notify"];
+    let chained = crate::traces::check_onboardings(&receiver.spans(), &jobs, &steps);
+    assert!(chained >= 1, "no onboarding traced from its webhook's request: {chained} of {}", jobs.len());
 }
 
 /// The users appear in Authentik and the webhook gets a delivery per user ("user created"), one
