@@ -182,6 +182,10 @@ pub async fn seed_kubernetes(k8s: &K8sControl, tenants: &[Tenant], keys_dir: &Pa
         let login = json!({"app": "login"});
         k8s.deployment(&n.namespace, &n.login_deployment, login.clone()).await.unwrap();
         k8s.pod(&n.namespace, &n.login_pod, login, true).await.unwrap();
+        // the tenant's key Secret exists before onramp, as deploy/examples/tenant-foo makes it
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {},
+            "metadata": {"name": n.key_secret, "namespace": n.namespace}});
+        k8s.put(&format!("/api/v1/namespaces/{}/secrets/{}", n.namespace, n.key_secret), &secret).await.unwrap();
         let p = Projection { namespace: n.namespace.clone(), secret: n.key_secret.clone(), dir: keys_dir.into() };
         k8s.project(&p).await.unwrap();
     }
