@@ -1,5 +1,6 @@
-//! `onramp dev`: everything on one machine. A private PostgreSQL (unless DATABASE_URL is set),
-//! migrations, both roles, and sample jobs to watch.
+//! `onramp dev`: everything on one machine. Its own private PostgreSQL (never `DATABASE_URL`:
+//! dev's worker runs on simulated backends and would mark a real onramp's jobs done), migrations,
+//! both roles, and sample jobs to watch.
 
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -8,7 +9,6 @@ use anyhow::Context;
 
 use crate::app::cli::DevArgs;
 use crate::app::devpg::PrivatePg;
-use crate::domain::secret::Secret;
 use std::sync::Arc;
 
 use crate::app::db;
@@ -28,16 +28,16 @@ use crate::flows::{self, selftest};
 use crate::intake::{SigningSecret, WebhookAuth};
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let pg = match &args.database_url {
-        Some(_) => None,
-        None => Some(PrivatePg::start(&args.dev_dir).await?),
-    };
-    let url = args.database_url.clone().or_else(|| pg.as_ref().map(|p| p.url.clone())).expect("one of them");
-    let result = run(&args, &url, pg.as_ref()).await;
-    if let Some(pg) = pg {
-        pg.stop().await?;
-        eprintln!("onramp dev: stopped the private PostgreSQL");
+    if std::env::var_os("DATABASE_URL").is_some() {
+        eprintln!(
+            "onramp dev: ignoring DATABASE_URL: dev runs only on its own private PostgreSQL (its worker's backends \
+             are simulated and would mark a real onramp's jobs done); use onramp serve for a real database"
+        );
     }
+    let pg = PrivatePg::start(&args.dev_dir).await?;
+    let result = run(&args, &pg).await;
+    pg.stop().await?;
+    eprintln!("onramp dev: stopped the private PostgreSQL");
     result
 }
 
@@ -149,8 +149,8 @@ async fn sample_webhook(addr: std::net::SocketAddr) -> anyhow::Result<u16> {
     Ok(res.status().as_u16())
 }
 
-async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Result<()> {
-    let pool = db::connect(url, 16).await?;
+async fn run(args: &DevArgs, pg: &PrivatePg) -> anyhow::Result<()> {
+    let pool = db::connect(&pg.url, 16).await?;
     db::migrate(&pool).await?;
     let log = EffectLog::default();
     let world = World::build(pool, dry_cluster(&log).await?);
@@ -170,10 +170,7 @@ async fn run(args: &DevArgs, url: &Secret, pg: Option<&PrivatePg>) -> anyhow::Re
         &Actor::cli("dev"),
     )
     .await?;
-    let db_line = match pg {
-        Some(pg) => format!("a private PostgreSQL in {} (stopped with onramp)", pg.data_dir().display()),
-        None => format!("{} (DATABASE_URL)", db::describe(url)),
-    };
+    let db_line = format!("a private PostgreSQL in {} (stopped with onramp)", pg.data_dir().display());
     println!(
         "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  database:  {db_line}\n  API token: {t}\n\n\
          The cluster is simulated (a dry run: every command and request is printed with [dry-run], nothing runs).\n\

@@ -76,6 +76,11 @@ impl Jobs {
         self.0.list(filter).await
     }
 
+    /// Claims `value` in `scope` for `owner` for good (see [`super::claims`]), on behalf of `job`.
+    pub async fn claim(&self, scope: &str, value: &str, owner: &str, job: i64) -> Result<super::Claim, EngineError> {
+        super::claims::claim(self.0.pool(), scope, value, owner, job).await
+    }
+
     /// Whether jobs of this kind can be enqueued (declared or runnable in this process).
     pub fn accepts(&self, kind: &str) -> bool {
         self.0.registry().steps(kind).is_some()

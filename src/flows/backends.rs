@@ -157,6 +157,11 @@ impl IntoTransition for StorageError {
         classify(self.is_retryable(), format!("{what}: {self}"))
     }
 }
+impl IntoTransition for crate::engine::EngineError {
+    fn transition(self, what: &str) -> Transition {
+        Transition::Retry(format!("{what}: {self}"))
+    }
+}
 impl IntoTransition for AuthentikError {
     fn transition(self, what: &str) -> Transition {
         classify(self.is_transient(), format!("{what}: {self}"))

@@ -16,7 +16,7 @@ use crate::backends::notify::{Onboarding, Recipient};
 use crate::backends::storage::{Dir, Quota};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
-use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
+use crate::engine::{Actor, Claim, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
 
 /// The kind of job this flow runs.
 pub const USER_ONBOARD: &str = "user.onboard";
@@ -135,7 +135,7 @@ impl UserOnboard {
         let b = &*self.0;
         match step {
             Step::Preflight => preflight(b, &n).await,
-            Step::ResolveUser => resolve(b, &n, &input).await,
+            Step::ResolveUser => resolve(b, &n, &input, ctx).await,
             Step::KeyInSecret => key_in_secret(b, &n, ctx).await,
             Step::PropagationWait => Ok(if ctx.waited {
                 Transition::Done(json!({ "waited_secs": b.timings.propagation.as_secs_f64() }))
@@ -211,8 +211,11 @@ async fn preflight(b: &Backends, n: &Names) -> StepResult {
 }
 
 /// Runbook step 1: the user in Authentik is active, in the tenant's group, with uid/gid and a key.
-async fn resolve(b: &Backends, n: &Names, input: &Input) -> StepResult {
+async fn resolve(b: &Backends, n: &Names, input: &Input, ctx: &StepCtx) -> StepResult {
     let tenant = b.tenant(n.tenant.as_str())?;
+    if b.tenants.identities.is_reserved(n.user.as_str()) {
+        return Ok(Transition::Fail(format!("{} is a reserved system name: onramp never onboards it", n.user)));
+    }
     let user = match input.pk {
         Some(pk) => b.authentik.user(pk).await.step("read the user from Authentik")?,
         None => b.authentik.user_by_username(n.user.as_str()).await.step("read the user from Authentik")?,
@@ -233,7 +236,17 @@ async fn resolve(b: &Backends, n: &Names, input: &Input) -> StepResult {
             n.user, tenant.group, n.account
         )));
     }
-    let (uid, gid) = b.tenants.posix_ids(user.pk, &user.attributes);
+    let (uid, gid) = b.tenants.check_identity(n.user.as_str(), user.pk, &user.attributes).map_err(Transition::Fail)?;
+    // one uid, one user, for good (files of a former user must never become someone else's)
+    if let Some(jobs) = ctx.jobs()
+        && let Claim::Taken { owner } =
+            jobs.claim("uid", &uid.to_string(), n.user.as_str(), ctx.job_id).await.step("claim the uid")?
+    {
+        return Ok(Transition::Fail(format!(
+            "{}'s uid {uid} is already {owner}'s: each user needs a uid of their own",
+            n.user
+        )));
+    }
     let keys = user.ssh_keys();
     let Some(key) = keys.iter().find_map(|k| PublicKey::parse(k).ok()) else {
         return Ok(Transition::Fail(format!(

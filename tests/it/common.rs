@@ -26,6 +26,13 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> Self {
+        let db = Self::bare().await;
+        onramp::app::db::migrate(&db.pool).await.unwrap();
+        db
+    }
+
+    /// An empty database, not migrated.
+    pub async fn bare() -> Self {
         let admin = admin_url();
         let name = format!("onramp_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin)
@@ -37,7 +44,6 @@ impl TestDb {
             None => panic!("ONRAMP_TEST_DATABASE_URL must name a database"),
         };
         let pool = PgPoolOptions::new().max_connections(20).connect(&url).await.unwrap();
-        onramp::app::db::migrate(&pool).await.unwrap();
         Self { name, url, pool }
     }
 }

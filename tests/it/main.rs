@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod corpus;
 mod dashboard;
 mod dev;
 mod engine_flows;
@@ -15,6 +16,7 @@ mod http_api;
 mod http_layers;
 mod http_matrix;
 mod http_work;
+mod identities;
 mod intake_cli;
 mod intake_reconcile;
 mod intake_support;

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::backends::BackendArgs;
 use super::settings::{DbArgs, HttpArgs, IntakeArgs, SlurmArgs, WorkerArgs};
-use crate::domain::{duration::parse_duration, secret::Secret};
+use crate::domain::duration::parse_duration;
 
 #[derive(Clone, Debug, Args)]
 pub struct PlanArgs {
@@ -125,10 +125,9 @@ pub enum TenantAction {
 
 #[derive(Clone, Debug, Args)]
 pub struct DevArgs {
-    /// Use this PostgreSQL instead of starting a private one.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
-    pub database_url: Option<Secret>,
-    /// Where the private PostgreSQL keeps its data.
+    /// Where the private PostgreSQL keeps its data. `onramp dev` never uses another database:
+    /// it migrates, mints an admin token and runs a worker on simulated backends, which must not
+    /// touch a real onramp's jobs (DATABASE_URL is ignored).
     #[arg(long, env = "ONRAMP_DEV_DIR", default_value = ".onramp-dev")]
     pub dev_dir: PathBuf,
     /// Address the HTTP server listens on.

@@ -13,6 +13,7 @@
 //! ```yaml
 //! uid_offset: 4000            # uidNumber = pk + uid_offset unless attributes.uidNumber is set
 //! gid_offset: 4000
+//! identities: { uid_min: 1000, reserved_names: [svc-*] } # see IdentityPolicy; root, slurm, … always
 //! kubernetes:                 # names for every tenant (each tenant's own block wins)
 //!   login_container: sshd     # default: the pod's only or default container
 //!   reservation_namespace: "-" # "-": Reservations are cluster-scoped; default: {namespace}
@@ -39,6 +40,7 @@
 //!       - { account: ml-team-foo, group: tenant-foo-ml, fairshare: 200 }
 //! ```
 
+mod identity;
 mod k8s;
 #[cfg(test)]
 mod k8s_tests;
@@ -50,6 +52,7 @@ use serde_json::Value;
 
 use crate::domain::names::{QosName, SlurmAccount, TenantName};
 
+pub use identity::{BUILT_IN_RESERVED, IdentityPolicy};
 pub use k8s::K8sNames;
 pub use validate::size;
 
@@ -141,6 +144,8 @@ impl Tenant {
 pub struct TenantRegistry {
     pub uid_offset: u32,
     pub gid_offset: u32,
+    /// Reserved names and the uid/gid range (the `identities:` block; see [`IdentityPolicy`]).
+    pub identities: IdentityPolicy,
     pub tenants: Vec<Tenant>,
 }
 
@@ -197,6 +202,12 @@ impl TenantRegistry {
         let uid = attr("uidNumber").and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| offset(pk, self.uid_offset));
         let gid = attr("gidNumber").and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| offset(pk, self.gid_offset));
         (uid, gid)
+    }
+
+    /// A user's checked identity: Err says why onramp must not make them a cluster user.
+    pub fn check_identity(&self, username: &str, pk: i64, attributes: &Value) -> Result<(u32, u32), String> {
+        let (uid, gid) = self.posix_ids(pk, attributes);
+        self.identities.check(username, uid, gid).map(|()| (uid, gid))
     }
 
     /// All accounts under every tenant.

@@ -18,6 +18,9 @@ pub(super) struct RawRegistry {
     pub(super) uid_offset: u32,
     #[serde(default = "default_offset")]
     pub(super) gid_offset: u32,
+    /// Reserved names and the uid/gid range.
+    #[serde(default)]
+    pub(super) identities: super::identity::RawIdentities,
     /// Kubernetes names for every tenant (each tenant's own block wins).
     #[serde(default)]
     pub(super) kubernetes: RawK8sNames,

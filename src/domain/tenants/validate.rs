@@ -110,7 +110,14 @@ impl Validator<'_> {
             }
         }
         self.k8s_collisions(&tenants, &places);
-        TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, tenants }
+        let identities = match raw.identities.policy() {
+            Ok(p) => p,
+            Err(mistakes) => {
+                mistakes.into_iter().for_each(|(field, message)| self.err(field, message));
+                Default::default()
+            }
+        };
+        TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, identities, tenants }
     }
 
     /// The tenant's Kubernetes names from its `kubernetes:` block (or the older `login_pod:`).

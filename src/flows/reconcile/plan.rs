@@ -75,7 +75,7 @@ pub struct TenantPlan {
 /// Checks a user's name and numbers; `Err` says why the user is skipped.
 pub fn member(reg: &TenantRegistry, u: &User) -> Result<Member, String> {
     let username = Username::parse(&u.username).map_err(|e| format!("Authentik user {}: {e}", u.pk))?;
-    let (uid_number, gid_number) = reg.posix_ids(u.pk, &u.attributes);
+    let (uid_number, gid_number) = reg.check_identity(username.as_str(), u.pk, &u.attributes)?;
     Ok(Member { pk: u.pk, username, uid_number, gid_number })
 }
 
@@ -103,6 +103,8 @@ pub fn plan_tenant(
     // every user's groups among this tenant's
     let users = groups_by_user(members);
     let mut desired: BTreeMap<(SlurmAccount, Username), Member> = BTreeMap::new();
+    // members onramp may not handle: neither onboarded nor, since they are members, offboarded
+    let mut untouchable: BTreeSet<String> = BTreeSet::new();
     for (u, groups) in users.values() {
         let accounts = tenant.placement(groups);
         if accounts.is_empty() {
@@ -114,8 +116,16 @@ pub fn plan_tenant(
                     desired.insert((a, m.username.clone()), m.clone());
                 }
             }
-            Err(why) => plan.skipped.push(why),
+            Err(why) => {
+                plan.skipped.push(why);
+                untouchable.insert(u.username.clone());
+            }
         }
+    }
+    for (uid, names) in shared_uids(&desired) {
+        plan.skipped.push(format!("uid {uid} is shared by {}: each user needs a uid of their own", names.join(", ")));
+        desired.retain(|_, m| m.uid_number != uid);
+        untouchable.extend(names);
     }
     let accounts = tenant.accounts();
     let actual: BTreeSet<(SlurmAccount, Username)> =
@@ -135,6 +145,14 @@ pub fn plan_tenant(
         }
     }
     for (account, username) in &actual {
+        if reg.identities.is_reserved(username.as_str()) {
+            plan.skipped
+                .push(format!("{username} has an association under {account} but is a reserved name: left alone"));
+            continue;
+        }
+        if untouchable.contains(username.as_str()) {
+            continue;
+        }
         if !desired.contains_key(&(account.clone(), username.clone())) {
             plan.offboard.push(Action {
                 op: Op::Offboard,
@@ -165,6 +183,19 @@ pub fn plan_tenant(
     plan
 }
 
+/// The uids that more than one username would get, with those names.
+fn shared_uids(desired: &BTreeMap<(SlurmAccount, Username), Member>) -> Vec<(u32, Vec<String>)> {
+    let mut by_uid: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
+    for m in desired.values() {
+        by_uid.entry(m.uid_number).or_default().insert(m.username.as_str());
+    }
+    by_uid
+        .into_iter()
+        .filter(|(_, n)| n.len() > 1)
+        .map(|(uid, n)| (uid, n.into_iter().map(String::from).collect()))
+        .collect()
+}
+
 /// One user: `user` is Authentik's record (None: it does not exist), `actual` the associations
 /// of that username under the registry's accounts.
 pub fn plan_user(
@@ -174,6 +205,17 @@ pub fn plan_user(
     actual: &[(SlurmAccount, Username)],
 ) -> (Vec<Action>, String) {
     let mine: BTreeSet<SlurmAccount> = actual.iter().filter(|(_, u)| u == username).map(|(a, _)| a.clone()).collect();
+    if reg.identities.is_reserved(username.as_str()) {
+        return (
+            vec![],
+            format!("nothing done: {username} is a reserved name, which onramp never onboards or offboards"),
+        );
+    }
+    if let Some(Err(why)) = user.filter(|u| u.is_active).map(|u| member(reg, u))
+        && !reg.placements(&user.map(User::group_names).unwrap_or_default()).is_empty()
+    {
+        return (vec![], format!("nothing done: {why}"));
+    }
     let (desired, why_not): (BTreeMap<SlurmAccount, (TenantName, Option<Member>)>, &str) = match user {
         None => (BTreeMap::new(), "not in Authentik"),
         Some(u) if !u.is_active => (BTreeMap::new(), "deactivated in Authentik"),
