@@ -187,7 +187,8 @@ async fn read_response(s: &mut TcpStream) -> Vec<u8> {
         if let Some(end) = text.find("\r\n\r\n") {
             let head = &text[..end];
             let body = out.len() - end - 4;
-            let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+            let length =
+                head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
             if head.contains("text/event-stream")
                 || length.is_some_and(|l: usize| body >= l)
                 || (head.contains("transfer-encoding: chunked") && text.ends_with("0\r\n\r\n"))

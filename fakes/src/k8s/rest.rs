@@ -239,6 +239,20 @@ pub(super) async fn rest(
             g.store(&t.key, Some(obj));
             axum::Json(g.objects[&t.key].clone()).into_response()
         }
+        ("create", false) => {
+            let Ok(obj) = serde_json::from_slice::<Value>(&body) else {
+                return status(400, "BadRequest", "body is not JSON");
+            };
+            let Some(name) = obj["metadata"]["name"].as_str().map(String::from) else {
+                return status(422, "Invalid", "metadata.name: Required value: name is required");
+            };
+            let key = format!("{}/{name}", t.key);
+            if g.objects.contains_key(&key) {
+                return status(409, "AlreadyExists", &format!("{} \"{name}\" already exists", t.access.0));
+            }
+            g.store(&key, Some(obj));
+            (StatusCode::CREATED, axum::Json(g.objects[&key].clone())).into_response()
+        }
         _ => status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"),
     }
 }

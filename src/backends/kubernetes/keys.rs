@@ -5,13 +5,15 @@
 //!
 //! Writes send the whole `data` map with the `resourceVersion` that was read: server-side apply
 //! then fails with 409 (retryable) if someone changed the Secret in between, and a field that
-//! onramp stops applying (a removed user) is deleted by the API server.
+//! onramp stops applying (a removed user) is deleted by the API server. A missing Secret is first
+//! created empty (plain create: of two concurrent first writers one gets 409 and retries), so
+//! every apply carries a version and no concurrent write is lost.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::{Call, K8s, K8sError};
 use crate::domain::names::Username;
@@ -111,10 +113,16 @@ impl K8s {
         if !self.settings().manage_keys {
             return Err(K8sError::Config("onramp does not manage key Secrets (--manage-keys is off)".into()));
         }
-        let current = self.read_secret(names).await?;
+        let current = match self.read_secret(names).await? {
+            Some(s) => Some(s),
+            None => {
+                self.create_empty(names).await?;
+                self.read_secret(names).await?
+            }
+        };
         let version = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
         let mut data = current.and_then(|s| s.data).unwrap_or_default();
-        if !edit(&mut data) && version.is_some() {
+        if !edit(&mut data) {
             return Ok(Applied::Unchanged);
         }
         let secret = Secret {
@@ -132,6 +140,23 @@ impl K8s {
         let call = Call::new("patch", "secrets", Some(ns), Some(&name));
         self.call(call, self.secrets(names).patch(&name, &pp, &Patch::Apply(&secret))).await?;
         Ok(Applied::Changed)
+    }
+
+    /// Creates the Secret with no data; one that exists already (a concurrent writer) is fine.
+    async fn create_empty(&self, names: &K8sNames) -> Result<(), K8sError> {
+        let (name, ns) = (names.keys_secret.clone(), names.namespace.as_str());
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.clone()), namespace: Some(ns.into()), ..Default::default() },
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let call = Call::new("create", "secrets", Some(ns), Some(&name));
+        match self.call(call, self.secrets(names).create(&pp, &secret)).await {
+            Ok(_) => Ok(()),
+            Err(K8sError::Api { code: 409, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
