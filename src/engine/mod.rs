@@ -6,6 +6,7 @@
 //! `FOR UPDATE SKIP LOCKED` and a lease, run them with no transaction open, and write the result
 //! fenced by the attempt number. Timers are `run_at` values, so they survive restarts.
 
+mod budget;
 mod decide;
 mod flow;
 mod model;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
+pub use budget::{Budget, Held, Metered, Through, ThroughOutcome};
 pub use flow::{Flow, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
