@@ -13,6 +13,7 @@ mod model;
 mod ops;
 mod policy;
 mod query;
+mod retention;
 pub mod simulate;
 mod store;
 pub mod trace;
@@ -29,6 +30,7 @@ pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
 pub use policy::RetryPolicy;
 pub use query::{LatestEntry, OpenCount, OutputArray};
+pub use retention::Pruned;
 pub use store::{Enqueued, NewJob};
 pub use worker::{WorkerConfig, WorkerStats};
 

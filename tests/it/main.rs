@@ -27,6 +27,7 @@ mod k8s_support;
 mod layers;
 mod notify;
 mod otlp;
+mod retention;
 mod roles;
 mod schemathesis;
 mod slurm;

@@ -59,6 +59,16 @@ pub struct WorkerArgs {
     /// Where a worker-only process (--role worker) serves /metrics, /healthz and /readyz.
     #[arg(long, env = "ONRAMP_WORKER_LISTEN", default_value = "0.0.0.0:9090")]
     pub worker_listen: SocketAddr,
+    /// Finished jobs (succeeded, failed, cancelled), with their attempts and audit trail, are
+    /// deleted this long after they finished (at least 1d).
+    #[arg(long, env = "ONRAMP_RETENTION_JOBS", default_value = "90d", value_parser = parse_duration)]
+    pub retention_jobs: Duration,
+    /// Stored webhook deliveries are deleted this long after they arrived (at least 1d).
+    #[arg(long, env = "ONRAMP_RETENTION_DELIVERIES", default_value = "14d", value_parser = parse_duration)]
+    pub retention_deliveries: Duration,
+    /// How often workers prune by the two retention settings (also once at start); 0s: never.
+    #[arg(long, env = "ONRAMP_RETENTION_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub retention_interval: Duration,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
