@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::app::db;
 use crate::app::intake::IntakeSetup;
+use crate::app::retention::Retention;
 use crate::app::settings::worker_config;
 use crate::app::world::{Parts, World, shutdown_on_signal};
 use crate::backends::authentik::Authentik;
@@ -153,7 +154,7 @@ async fn run(args: &DevArgs, pg: &PrivatePg) -> anyhow::Result<()> {
     let pool = db::connect(&pg.url, 16).await?;
     db::migrate(&pool).await?;
     let log = EffectLog::default();
-    let world = World::build(pool, dry_cluster(&log).await?);
+    let world = World::build(pool, dry_cluster(&log).await?).with_retention(Retention::from_args(&args.worker)?);
     let engine = world.engine.clone();
     let samples = enqueue_samples(&engine).await?;
     let listener = TcpListener::bind(args.listen)

@@ -71,7 +71,10 @@ impl IntakeSetup {
             page_size: 100,
         })
         .map_err(anyhow::Error::msg)?;
-        let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent };
+        if a.brake_window.is_zero() {
+            bail!("ONRAMP_BRAKE_WINDOW must be longer than 0s: the offboarding budget is counted over it");
+        }
+        let brake = Brake { min_users: a.brake_min_users, max_percent: a.brake_max_percent, window: a.brake_window };
         // parsed here rather than by clap, whose error would print the value
         let mut signing_secrets = vec![];
         for (i, s) in a.webhook_secrets.iter().enumerate() {

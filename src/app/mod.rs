@@ -7,6 +7,7 @@ pub mod db;
 pub mod dev;
 pub mod devpg;
 pub mod intake;
+pub mod retention;
 pub mod serve;
 pub mod settings;
 mod settings_file;

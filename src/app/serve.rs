@@ -58,6 +58,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plans = Some(settings.backends.dry());
     let world = World::build(pool, Parts { flows, intake: settings.intake, plans })
         .with_http(settings.http)
-        .with_ops_listener(ops);
+        .with_ops_listener(ops)
+        .with_retention(settings.retention);
     world.run(listener, worker, shutdown_on_signal()).await
 }

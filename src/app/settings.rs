@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use crate::app::cli::{BackendArgs, HttpArgs, ServeArgs, ServeRole, WorkerArgs};
 use crate::app::intake::IntakeSetup;
+use crate::app::retention::Retention;
 use crate::app::slurm_route::SlurmRoute;
 use crate::backends::kubernetes::K8sSettings;
 use crate::backends::notify::NotifySettings;
@@ -55,6 +56,8 @@ pub struct Settings {
     /// Timeout, body limit and CORS of the HTTP server.
     pub http: HttpSettings,
     pub worker: WorkerConfig,
+    /// What a worker prunes, and how often.
+    pub retention: Retention,
     /// A worker-only process's health and metrics listener.
     pub worker_listen: std::net::SocketAddr,
     /// `None`: the Authentik intake is not configured (no webhook, no reconcile, no user flows).
@@ -76,6 +79,7 @@ impl Settings {
             api_token: a.http.api_token.clone(),
             http: http_settings(&a.http)?,
             worker: worker_config(&a.worker),
+            retention: Retention::from_args(&a.worker)?,
             worker_listen: a.worker.worker_listen,
             intake,
             backends,

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::intake::{IntakeSetup, periodic_reconcile};
+use crate::app::retention::{Retention, periodic_retention};
 use crate::app::settings::BackendSettings;
 use crate::app::slurm_route::{SlurmRoute, probe};
 use crate::backends::record::{RecordingAuthentik, RecordingK8s, RecordingNotifier, RecordingTransport};
@@ -39,18 +40,20 @@ pub struct World {
     http: Arc<http::HttpSettings>,
     /// A worker process's own listener for health and metrics.
     ops: Option<TcpListener>,
+    /// What a worker prunes, and how often (`None`: nothing).
+    retention: Option<Retention>,
 }
 
 impl World {
     /// The registry from what this process can run, then the engine over `pool`.
     pub fn build(pool: PgPool, parts: Parts) -> Self {
         let engine = Engine::new(pool, registry(&parts));
-        Self { engine, intake: parts.intake, plans: parts.plans, http: Arc::default(), ops: None }
+        Self { engine, intake: parts.intake, plans: parts.plans, http: Arc::default(), ops: None, retention: None }
     }
 
     /// A world of the engine alone (its own flows), for the CLI's job commands and tests.
     pub fn bare(engine: Engine) -> Self {
-        Self { engine, intake: None, plans: None, http: Arc::default(), ops: None }
+        Self { engine, intake: None, plans: None, http: Arc::default(), ops: None, retention: None }
     }
 
     /// The HTTP server's timeout, body limit and CORS (defaults without).
@@ -66,6 +69,12 @@ impl World {
         self
     }
 
+    /// A worker also prunes finished jobs and old deliveries by `retention`.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
     /// Runs the HTTP server (when given a listener) and a worker (when given a config) until
     /// `shutdown` is cancelled; then both drain.
     pub async fn run(
@@ -74,11 +83,14 @@ impl World {
         worker: Option<WorkerConfig>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let Self { engine, intake, plans, http: settings, ops } = self;
+        let Self { engine, intake, plans, http: settings, ops, retention } = self;
         let stats = Arc::new(WorkerStats::default());
         let started = intake.as_ref().map(|s| s.start(&engine));
         if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
             tokio::spawn(periodic_reconcile(engine.clone(), s.reconcile_interval, shutdown.clone()));
+        }
+        if let Some(r) = retention.filter(|_| worker.is_some()) {
+            tokio::spawn(periodic_retention(engine.clone(), r, shutdown.clone()));
         }
         let http = listener.map(|l| {
             let mut state = http::AppState::new(engine.clone(), stats.clone());

@@ -50,7 +50,7 @@ impl NewJob {
 /// What a step may do to other jobs: enqueue, cancel, look up. The engine hands it to each step
 /// through [`StepCtx::jobs`]; flows never hold the engine.
 #[derive(Clone)]
-pub struct Jobs(Engine);
+pub struct Jobs(pub(super) Engine);
 
 impl std::fmt::Debug for Jobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -6,6 +6,7 @@
 //! `FOR UPDATE SKIP LOCKED` and a lease, run them with no transaction open, and write the result
 //! fenced by the attempt number. Timers are `run_at` values, so they survive restarts.
 
+mod budget;
 mod claims;
 mod decide;
 mod flow;
@@ -13,6 +14,7 @@ mod model;
 mod ops;
 mod policy;
 mod query;
+mod retention;
 pub mod simulate;
 mod store;
 pub mod trace;
@@ -23,12 +25,14 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
+pub use budget::{Budget, Held, Metered, Through, ThroughOutcome};
 pub use claims::Claim;
 pub use flow::{Flow, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
 pub use policy::RetryPolicy;
 pub use query::{LatestEntry, OpenCount, OutputArray};
+pub use retention::Pruned;
 pub use store::{Enqueued, NewJob};
 pub use worker::{WorkerConfig, WorkerStats};
 

@@ -52,40 +52,49 @@ pub async fn latest_succeeded(pool: &PgPool, kinds: &[&str]) -> Result<Option<Jo
     .await?)
 }
 
-/// For each key, the element of `at` named by it in the latest succeeded job whose array has one.
-/// Keys no such job names are left out.
+/// How many of the newest succeeded jobs of each kind [`latest_entries`] looks at: the answer is
+/// a bounded read whatever the history holds (a key none of them names is left out).
+pub const LATEST_SCAN: i64 = 200;
+
+/// For each key, the element of `at` named by it in the latest succeeded job whose array has one,
+/// among the newest [`LATEST_SCAN`] succeeded jobs of each kind. Keys none of them names are left
+/// out.
 pub async fn latest_entries(
     pool: &PgPool,
     at: &OutputArray<'_>,
     keys: &[&str],
 ) -> Result<Vec<LatestEntry>, EngineError> {
-    // per kind, the newest job naming the key (an index scan each), then the newest of those
+    // A bounded query, not a scan of the history: the newest jobs of each kind (the jobs_succeeded
+    // index, read backwards, LATEST_SCAN rows per kind), read once; then per key the newest of
+    // those naming it.
     let rows: Vec<(String, i64, OffsetDateTime, Value)> = sqlx::query_as(
-        "select t.key, j.id, j.finished_at, j.entry
-         from unnest($1::text[]) t(key)
-         join lateral (
-           select j.id, j.finished_at,
-                  (select x from jsonb_array_elements(j.outputs #> $3::text[]) x where x ->> $4::text = t.key limit 1) as entry
+        "with recent as materialized (
+           select j.id, j.finished_at, j.outputs #> $3::text[] as arr
            from unnest($2::text[]) k(kind)
-           join lateral (
-             select j.id, j.finished_at, j.outputs from jobs j
-             where j.kind = k.kind and j.state = 'succeeded' and j.finished_at is not null
-               and j.outputs #> $3::text[] @> jsonb_build_array(jsonb_build_object($4::text, t.key))
-             order by j.finished_at desc
-             limit 1) j on true
-           order by j.finished_at desc
-           limit 1) j on true",
+           cross join lateral (
+             select id, finished_at, outputs from jobs
+             where kind = k.kind and state = 'succeeded' and finished_at is not null
+             order by finished_at desc
+             limit $5) j)
+         select distinct on (t.key) t.key, r.id, r.finished_at, e.x
+         from unnest($1::text[]) t(key)
+         join recent r on r.arr @> jsonb_build_array(jsonb_build_object($4::text, t.key))
+         cross join lateral (
+           select x from jsonb_array_elements(r.arr) x where x ->> $4::text = t.key limit 1) e
+         order by t.key, r.finished_at desc, r.id desc",
     )
     .bind(keys)
     .bind(at.kinds)
     .bind(at.path)
     .bind(at.field)
+    .bind(LATEST_SCAN)
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(|(key, job, finished_at, entry)| LatestEntry { key, job, finished_at, entry }).collect())
 }
 
-/// Unfinished jobs of the given tenants, counted by tenant, kind and state.
+/// Unfinished jobs of the given tenants, counted by tenant, kind and state: read from the partial
+/// index of unfinished jobs per tenant (jobs_tenant_open), never the tenant's history.
 pub async fn open_counts(pool: &PgPool, tenants: &[&str]) -> Result<Vec<OpenCount>, EngineError> {
     let rows: Vec<(String, String, JobState, i64)> = sqlx::query_as(
         "select tenant, kind, state, count(*) from jobs

@@ -3,6 +3,11 @@
 //! counts and drift come from the latest finished reconcile of the tenant (`reconcile.full` or
 //! `reconcile.tenant`), with the time it was measured; `null` until one has run. A tenant-scoped
 //! token sees its own tenant.
+//!
+//! Neither reads the job history: both are bounded queries. Reports come from the newest
+//! `LATEST_SCAN` succeeded reconciles of each kind (an index read backwards; the periodic full
+//! reconcile names every tenant, so a tenant it cannot find there has not been measured for a
+//! long time), and jobs in flight from the partial index of unfinished jobs per tenant.
 
 use std::collections::BTreeMap;
 

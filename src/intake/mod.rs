@@ -3,6 +3,7 @@
 //! `http::webhook`; reconcile itself is `reconcile`.
 
 pub mod event;
+pub mod retention;
 pub mod signature;
 pub mod writer;
 

@@ -128,6 +128,7 @@ impl Drop for App {
 pub struct AppOptions {
     pub auth: WebhookAuth,
     pub max_body: usize,
+    pub brake: Brake,
 }
 
 impl Default for AppOptions {
@@ -139,6 +140,7 @@ impl Default for AppOptions {
                 tolerance: Duration::from_secs(300),
             },
             max_body: 1 << 20,
+            brake: Brake::default(),
         }
     }
 }
@@ -151,7 +153,7 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let setup = IntakeSetup {
         authentik: Arc::new(client(&ak_url)),
         tenants,
-        brake: Brake::default(),
+        brake: opts.brake,
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,

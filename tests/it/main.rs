@@ -1,5 +1,6 @@
 //! One test binary for the whole crate (one link step), a module per area.
 
+mod brake;
 mod cli;
 mod common;
 mod corpus;
@@ -28,6 +29,7 @@ mod k8s_support;
 mod layers;
 mod notify;
 mod otlp;
+mod retention;
 mod roles;
 mod schemathesis;
 mod slurm;

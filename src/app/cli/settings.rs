@@ -59,6 +59,16 @@ pub struct WorkerArgs {
     /// Where a worker-only process (--role worker) serves /metrics, /healthz and /readyz.
     #[arg(long, env = "ONRAMP_WORKER_LISTEN", default_value = "0.0.0.0:9090")]
     pub worker_listen: SocketAddr,
+    /// Succeeded and cancelled jobs, with their attempts and audit trail, are deleted this long
+    /// after they finished (at least 1d); failed jobs wait for a person and are kept.
+    #[arg(long, env = "ONRAMP_RETENTION_JOBS", default_value = "90d", value_parser = parse_duration)]
+    pub retention_jobs: Duration,
+    /// Stored webhook deliveries are deleted this long after they arrived (at least 1d).
+    #[arg(long, env = "ONRAMP_RETENTION_DELIVERIES", default_value = "14d", value_parser = parse_duration)]
+    pub retention_deliveries: Duration,
+    /// How often workers prune by the two retention settings (also once at start); 0s: never.
+    #[arg(long, env = "ONRAMP_RETENTION_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub retention_interval: Duration,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
@@ -108,12 +118,17 @@ pub struct IntakeArgs {
     /// How often the full reconcile runs (also once at start); 0s turns the periodic run off.
     #[arg(long, env = "ONRAMP_RECONCILE_INTERVAL", default_value = "15m", value_parser = parse_duration)]
     pub reconcile_interval: Duration,
-    /// Safety brake: a pass may offboard at most this many users of a tenant …
+    /// Safety brake: reconciles start at most the larger of this many offboardings …
     #[arg(long, env = "ONRAMP_BRAKE_MIN_USERS", default_value_t = 5)]
     pub brake_min_users: usize,
-    /// … or at most this share (percent) of its users; beyond both it waits for approval.
-    #[arg(long, env = "ONRAMP_BRAKE_MAX_PERCENT", default_value_t = 10)]
+    /// … and this share (percent) of the managed users per ONRAMP_BRAKE_WINDOW, across all
+    /// tenants and replicas; further ones wait for one approval. A pass that would offboard more
+    /// than both of one tenant's users is held whole.
+    #[arg(long, env = "ONRAMP_BRAKE_MAX_PERCENT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub brake_max_percent: u32,
+    /// Safety brake: the window its offboarding budget is counted over.
+    #[arg(long, env = "ONRAMP_BRAKE_WINDOW", default_value = "1h", value_parser = parse_duration)]
+    pub brake_window: Duration,
 }
 
 /// The Slurm route's name on the command line.

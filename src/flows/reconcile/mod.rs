@@ -3,6 +3,7 @@
 //! jobs re-read both sides and enqueue onboarding or offboarding (idempotent by dedupe key), or
 //! nothing, and record why.
 
+pub mod brake;
 mod enqueue;
 pub mod hold;
 pub mod plan;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 pub use enqueue::job_for;
-pub use plan::Brake;
+pub use plan::{Brake, OFFBOARD_BUDGET};
 
 use crate::backends::authentik::Authentik;
 use crate::backends::slurm::Slurm;
@@ -29,7 +30,7 @@ pub const RECONCILE_USER: &str = "reconcile.user";
 pub const RECONCILE_TENANT: &str = "reconcile.tenant";
 /// Reconcile every tenant of the registry (periodic, at start, `onramp reconcile`).
 pub const RECONCILE_FULL: &str = "reconcile.full";
-/// Offboardings held by the safety brake, waiting for a person's approval.
+/// Offboardings held by the safety brake (one job for all of them), waiting for a person's approval.
 pub const RECONCILE_HOLD: &str = "reconcile.hold";
 /// The one step of `reconcile.user`, `reconcile.tenant` and `reconcile.full`.
 pub const RECONCILE_STEPS: &[&str] = &["reconcile"];

@@ -2,31 +2,53 @@
 //! safety brake holds a tenant's offboardings.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::backends::authentik::User;
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{Tenant, TenantRegistry};
+use crate::engine::Budget;
 
-/// Offboarding more than `min_users` users AND more than `max_percent` % of a tenant's users in
-/// one pass is held for a person's approval (an outage that empties a group must not empty the
-/// cluster).
+/// The budget every reconcile offboarding takes a slot of (see [`Brake`]).
+pub const OFFBOARD_BUDGET: &str = "reconcile.offboard";
+
+/// The safety brake, two checks with the same numbers:
+/// - a budget across every tenant and both reconcile paths (a tenant pass and a single user's):
+///   at most max(`min_users`, `max_percent` % of the managed users) offboardings start per
+///   `window`, counted in the database so that every replica shares it; past it each further one
+///   is held for one approval (a fault that drops a few users each pass must not offboard them);
+/// - within one pass, a tenant that would lose more than `min_users` users AND more than
+///   `max_percent` % of its users has all of them held (an outage that empties a group must not
+///   offboard its first few).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Brake {
     pub min_users: usize,
     pub max_percent: u32,
+    pub window: Duration,
 }
 
 impl Default for Brake {
     fn default() -> Self {
-        Self { min_users: 5, max_percent: 10 }
+        Self { min_users: 5, max_percent: 10, window: Duration::from_secs(3600) }
     }
 }
 
 impl Brake {
+    /// Whether one pass's offboardings of a tenant are held whole.
     pub fn holds(&self, offboard: usize, tenant_users: usize) -> bool {
         offboard > self.min_users && offboard * 100 > self.max_percent as usize * tenant_users
+    }
+
+    /// Offboardings allowed per window when `managed` users have associations.
+    pub fn limit(&self, managed: usize) -> u64 {
+        (self.min_users as u64).max(managed as u64 * u64::from(self.max_percent) / 100)
+    }
+
+    /// The shared offboarding budget when `managed` users have associations.
+    pub fn budget(&self, managed: usize) -> Budget {
+        Budget { name: OFFBOARD_BUDGET.into(), limit: self.limit(managed), window: self.window }
     }
 }
 
@@ -170,7 +192,7 @@ pub fn plan_tenant(
         if brake.holds(leaving.len(), tenant_users.len()) {
             plan.brake_reason = Some(format!(
                 "safety brake: this pass would offboard {} of {} users of tenant {} (more than {} users and more than {}%); \
-                 nobody is offboarded there until a person approves",
+                 all of them wait for a person's approval",
                 leaving.len(),
                 tenant_users.len(),
                 tenant.name,
@@ -295,6 +317,13 @@ mod tests {
         assert!(!b.holds(6, 100)); // 6 users but 6%
         assert!(b.holds(6, 50));
         assert!(!b.holds(0, 0));
+    }
+
+    #[test]
+    fn budget_is_the_larger_of_the_floor_and_the_share() {
+        let b = Brake::default();
+        assert_eq!((b.limit(0), b.limit(4), b.limit(59), b.limit(60), b.limit(1000)), (5, 5, 5, 6, 100));
+        assert_eq!(b.budget(1000).name, OFFBOARD_BUDGET);
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! `reconcile.tenant` and `reconcile.full`: every member of the tenants' groups against every
 //! association under their accounts (one bulk cluster read), with the safety brake. A released
-//! hold (`reconcile.hold`) runs the same pass without the brake, limited to the held users.
+//! hold (`reconcile.hold`) runs the same pass past the brake, limited to the held users.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::brake::{self, Mode, managed_users};
 use super::enqueue::{enqueue, jobs, policy, retry_or_give_up, supersede};
-use super::hold::{HeldPair, HoldInput};
 use super::plan::{self, Action};
 use super::{RECONCILE_FULL, RECONCILE_STEPS, RECONCILE_TENANT, Reconciler, TenantsInput};
 use crate::backends::authentik::{AuthentikError, User};
@@ -43,18 +43,18 @@ impl ReconcileTenants {
         let input: TenantsInput = ctx.input()?;
         let r = &self.reconciler;
         let names = if self.full { None } else { input.tenants.clone() };
-        let pass = Pass { names: names.as_deref(), cause: &input.cause, brake: Some(r.brake), only: None };
+        let pass = Pass { names: names.as_deref(), cause: &input.cause, release: false, only: None };
         let report = reconcile_tenants(r, ctx, pass).await.map_err(|e| retry_or_give_up(ctx, e))?;
         Ok(Transition::Done(report))
     }
 }
 
-/// One pass over some tenants (all when `names` is None). With `only`, offboardings are limited
-/// to those (account, user) pairs (a released hold).
+/// One pass over some tenants (all when `names` is None). `release`: a person approved the held
+/// offboardings, limited by `only` to those (account, user) pairs; they go past the brake.
 pub(super) struct Pass<'a> {
     pub names: Option<&'a [String]>,
     pub cause: &'a str,
-    pub brake: Option<plan::Brake>,
+    pub release: bool,
     pub only: Option<&'a [(SlurmAccount, Username)]>,
 }
 
@@ -90,34 +90,31 @@ pub(super) async fn reconcile_tenants(r: &Reconciler, ctx: &StepCtx, pass: Pass<
             None => ready.push((t, members)),
         }
     }
-    let accounts: Vec<SlurmAccount> = ready.iter().flat_map(|(t, _)| t.accounts()).collect();
-    let actual = r.actual(&accounts).await?;
+    // every account: the brake's budget is a share of all managed users
+    let actual = r.actual(&r.tenants.all_accounts()).await?;
+    let managed = managed_users(&actual);
+    let (mode, check) = if pass.release { (Mode::Released, None) } else { (Mode::Metered, Some(r.brake)) };
     for (t, members) in ready {
         let counts = member_counts(t, &members, &actual);
-        let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, pass.brake);
+        let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, check);
         if let Some(only) = pass.only {
             p.offboard.retain(|a| only.contains(&(a.account.clone(), a.username.clone())));
         }
         let mut actions = p.onboard.clone();
-        actions.extend(p.offboard.iter().cloned());
         let restored = restore_in_tenant(r, queue, t, &members, &mut actions).await?;
-        let jobs = enqueue(queue, &actions, pass.cause).await?;
-        let mut hold = Value::Null;
-        if let Some(reason) = &p.brake_reason {
-            tracing::warn!(tenant = %t.name, "{reason}");
-            let held =
-                p.held.iter().map(|a| HeldPair { account: a.account.clone(), username: a.username.clone() }).collect();
-            let input = HoldInput { tenant: t.name.to_string(), held, reason: reason.clone() };
-            hold = json!(queue.enqueue(&[input.job()]).await.map_err(|e| e.to_string())?[0].id);
-        }
+        let mut jobs = enqueue(queue, &actions, pass.cause).await?;
+        let whole = p.brake_reason.as_deref().map(|why| (why, &p.held[..]));
+        let off = brake::offboard(r, queue, mode, managed, &p.offboard, whole, pass.cause).await?;
+        jobs.extend(off.jobs);
+        let reason = p.brake_reason.clone().or(off.reason);
         report.push(json!({
             "tenant": t.name,
-            "decision": if p.brake_reason.is_some() { "held" } else if actions.is_empty() { "nothing" } else { "changes" },
+            "decision": if !off.held.is_empty() { "held" } else if jobs.is_empty() { "nothing" } else { "changes" },
             "unchanged": p.unchanged,
             "jobs": jobs,
-            "held": p.held.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
-            "hold_job": hold,
-            "reason": p.brake_reason,
+            "held": off.held,
+            "hold_job": off.hold_job,
+            "reason": reason,
             "skipped": p.skipped,
             "cancelled_offboardings": restored,
             "members": counts,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::brake::{self, Mode, managed_users};
 use super::enqueue::{enqueue, jobs, policy, retry_or_give_up, supersede};
 use super::{RECONCILE_STEPS, RECONCILE_USER, Reconciler, UserInput, full_job, plan};
 use crate::backends::authentik::{AuthentikError, User};
@@ -72,8 +73,16 @@ async fn reconcile(r: &Reconciler, ctx: &StepCtx) -> StepResult {
         ops if ops.iter().all(|o| *o == plan::Op::Offboard) => "offboard",
         _ => "onboard_and_offboard",
     };
-    let jobs = enqueue(queue, &actions, &input.cause).await.map_err(|e| retry_or_give_up(ctx, e))?;
+    let (offboard, onboard): (Vec<plan::Action>, Vec<plan::Action>) =
+        actions.into_iter().partition(|a| a.op == plan::Op::Offboard);
+    let mut jobs = enqueue(queue, &onboard, &input.cause).await.map_err(|e| retry_or_give_up(ctx, e))?;
+    // the same brake as a tenant pass: a budget shared by every path, tenant and replica
+    let off = brake::offboard(r, queue, Mode::Metered, managed_users(&actual), &offboard, None, &input.cause)
+        .await
+        .map_err(|e| retry_or_give_up(ctx, e))?;
+    jobs.extend(off.jobs);
     Ok(Transition::Done(json!({ "decision": decision, "username": username, "reason": reason, "jobs": jobs,
+                                "held": off.held, "hold_job": off.hold_job, "brake": off.reason,
                                 "cancelled_offboardings": restored })))
 }
 
