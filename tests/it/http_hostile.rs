@@ -339,3 +339,18 @@ async fn at_shutdown_streams_end_and_the_server_stops() {
     tokio::time::timeout(Duration::from_secs(5), ended).await.expect("the stream ends at shutdown");
     tokio::time::timeout(Duration::from_secs(5), &mut a.server).await.expect("the server stops").unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_webhook_body_is_answered_408_within_the_body_timeout() {
+    // the intake's own app, with the default settings (ONRAMP_HTTP_BODY_TIMEOUT 10s)
+    let db = TestDb::new().await;
+    let app = crate::intake_support::app(&db, crate::intake_support::AppOptions::default()).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    let head = "POST /webhooks/authentik HTTP/1.1\r\nhost: onramp\r\ncontent-type: application/json\r\n\
+                content-length: 100\r\n\r\n{\"";
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let answer = until_closed(&mut conn, Duration::from_secs(15), "a stalled webhook body").await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("urn:onramp:problem:body-timeout"), "{answer}");
+}
