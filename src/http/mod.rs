@@ -38,7 +38,7 @@ pub use auth::AuthLimiter;
 pub use layers::{HttpSettings, parse_origin};
 pub use problem::Problem;
 pub use source::IpNet;
-pub use stream::StreamSlots;
+pub use stream::{JobHub, StreamSlots};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -58,6 +58,8 @@ pub struct AppState {
     pub http: Arc<HttpSettings>,
     /// The live job streams open per token.
     pub streams: Arc<StreamSlots>,
+    /// The one poller of the live job streams.
+    pub jobs: Arc<JobHub>,
     /// Cancelled when the server shuts down (live streams end).
     pub shutdown: CancellationToken,
 }
@@ -74,6 +76,7 @@ impl AppState {
             worker: false,
             http: Arc::default(),
             streams: Arc::default(),
+            jobs: Arc::default(),
             shutdown: CancellationToken::new(),
         }
     }

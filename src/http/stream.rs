@@ -1,7 +1,9 @@
 //! GET /v1/stream: server-sent events, `job` with the job whenever one the caller sees changes
 //! (its state, step, attempt or timer), from the moment of connecting. A token has at most
 //! `ONRAMP_HTTP_STREAMS_PER_TOKEN` streams open (then 429 with Retry-After); a stream ends after
-//! `ONRAMP_HTTP_STREAM_LIFETIME`, and at shutdown, and clients reconnect.
+//! `ONRAMP_HTTP_STREAM_LIFETIME`, and at shutdown, and clients reconnect. One poller per
+//! process reads the changed jobs while any stream is open and hands each batch to every stream,
+//! which keeps what its token sees.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -13,10 +15,13 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use time::OffsetDateTime;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
 use super::{AppState, Problem};
+use crate::engine::{Engine, Job};
 use crate::http::access::{Principal, Role};
 
 /// How often a stream looks for changed jobs.
@@ -63,8 +68,55 @@ impl Drop for StreamSlot {
     }
 }
 
-/// Polls every half second with an overlap window, since a transaction's `updated_at` is its
-/// start time and it may commit after later ones.
+/// A batch of jobs changed lately.
+type Batch = Arc<Vec<Job>>;
+
+/// The one poller of this process's streams, running while any stream listens.
+#[derive(Default)]
+pub struct JobHub(Mutex<Option<broadcast::Sender<Batch>>>);
+
+impl JobHub {
+    /// Listens to the poller, starting it when none runs.
+    fn subscribe(self: &Arc<Self>, engine: &Engine, shutdown: &CancellationToken) -> broadcast::Receiver<Batch> {
+        let mut slot = self.0.lock().expect("job hub lock");
+        if let Some(tx) = slot.as_ref() {
+            return tx.subscribe();
+        }
+        let (tx, rx) = broadcast::channel(16);
+        *slot = Some(tx.clone());
+        tokio::spawn(poll(self.clone(), engine.clone(), tx, shutdown.clone()));
+        rx
+    }
+}
+
+/// Reads the jobs changed since the last look every half second, with an overlap window, since a
+/// transaction's `updated_at` is its start time and it may commit after later ones; stops when
+/// no stream listens any more.
+async fn poll(hub: Arc<JobHub>, engine: Engine, tx: broadcast::Sender<Batch>, shutdown: CancellationToken) {
+    let mut since = engine.now().await.unwrap_or_else(|_| OffsetDateTime::now_utc());
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = shutdown.cancelled() => {}
+        }
+        {
+            let mut slot = hub.0.lock().expect("job hub lock");
+            if tx.receiver_count() == 0 || shutdown.is_cancelled() {
+                *slot = None;
+                return;
+            }
+        }
+        match engine.changed_since(since - OVERLAP, None, 500).await {
+            Ok(jobs) if jobs.is_empty() => {}
+            Ok(jobs) => {
+                since = jobs.iter().map(|j| j.updated_at).fold(since, OffsetDateTime::max);
+                let _ = tx.send(Arc::new(jobs));
+            }
+            Err(e) => tracing::warn!(error = %e, "job stream: query failed"),
+        }
+    }
+}
+
 pub(super) async fn stream(
     auth: Auth,
     State(s): State<AppState>,
@@ -83,12 +135,12 @@ pub(super) async fn stream(
         problem.retry_after = Some(RETRY_AFTER);
         return Err(problem);
     };
-    let start = s.engine.now().await?;
     let until = Instant::now() + s.http.stream_lifetime;
+    let rx = s.jobs.subscribe(&s.engine, &s.shutdown);
     // a comment now and then keeps proxies (and the server's own idle watch) from closing it
     let keep_alive =
         KeepAlive::new().interval((s.http.idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(15)));
-    let feed = Feed { s, p, since: start, sent: HashMap::new(), queue: Vec::new(), until, _slot: slot };
+    let feed = Feed { s, p, rx, sent: HashMap::new(), queue: Vec::new(), until, _slot: slot };
     Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(keep_alive))
 }
 
@@ -97,7 +149,7 @@ const OVERLAP: time::Duration = time::Duration::seconds(5);
 struct Feed {
     s: AppState,
     p: Principal,
-    since: OffsetDateTime,
+    rx: broadcast::Receiver<Batch>,
     /// What was sent in the overlap window: job id -> updated_at.
     sent: HashMap<i64, OffsetDateTime>,
     queue: Vec<Event>,
@@ -112,19 +164,19 @@ impl Feed {
             if let Some(e) = self.queue.pop() {
                 return Some((Ok(e), self));
             }
-            tokio::select! {
-                _ = tokio::time::sleep(POLL) => {}
+            let jobs = tokio::select! {
+                batch = self.rx.recv() => match batch {
+                    Ok(jobs) => jobs,
+                    // too slow a reader: the batches it missed are gone; the next ones overlap
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return None,
+                },
                 _ = tokio::time::sleep_until(self.until) => return None,
                 _ = self.s.shutdown.cancelled() => return None,
-            }
-            let jobs = match self.s.engine.changed_since(self.since - OVERLAP, self.p.tenant.as_deref(), 500).await {
-                Ok(j) => j,
-                Err(e) => {
-                    tracing::warn!(error = %e, "job stream: query failed");
-                    continue;
-                }
             };
-            for j in jobs.iter().rev() {
+            let mut newest = None;
+            for j in jobs.iter().rev().filter(|j| self.p.sees(&j.tenant)) {
+                newest = newest.max(Some(j.updated_at));
                 if self.sent.get(&j.id) == Some(&j.updated_at) {
                     continue;
                 }
@@ -132,10 +184,11 @@ impl Feed {
                 if let Ok(e) = Event::default().event("job").json_data(j) {
                     self.queue.push(e);
                 }
-                self.since = self.since.max(j.updated_at);
             }
-            let horizon = self.since - OVERLAP - OVERLAP;
-            self.sent.retain(|_, at| *at > horizon);
+            if let Some(newest) = newest {
+                let horizon = newest - OVERLAP - OVERLAP;
+                self.sent.retain(|_, at| *at > horizon);
+            }
         }
     }
 }

@@ -202,9 +202,17 @@ async fn connections_beyond_the_limit_are_closed_and_a_freed_slot_is_used() {
     let a =
         app(HttpSettings { max_connections: 3, header_timeout: Duration::from_secs(30), ..HttpSettings::default() })
             .await;
+    // three kept-alive connections, each answered once (so each surely holds its slot)
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(connect(&a, "GET /healthz HTTP/1.1\r\nhost: onramp\r\n").await);
+        let mut c = connect(&a, "GET /healthz HTTP/1.1\r\nhost: onramp\r\n\r\n").await;
+        let (mut got, mut buf) = (Vec::new(), [0u8; 1024]);
+        while !got.ends_with(b"\r\n\r\nok\n") {
+            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await.unwrap().unwrap();
+            assert!(n > 0, "answered");
+            got.extend_from_slice(&buf[..n]);
+        }
+        held.push(c);
     }
     let mut over = connect(&a, "GET /healthz HTTP/1.1\r\nhost: onramp\r\nconnection: close\r\n\r\n").await;
     let answer = until_closed(&mut over, Duration::from_secs(4), "a connection over the limit").await;
@@ -353,4 +361,44 @@ async fn a_stalled_webhook_body_is_answered_408_within_the_body_timeout() {
     let answer = until_closed(&mut conn, Duration::from_secs(15), "a stalled webhook body").await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("urn:onramp:problem:body-timeout"), "{answer}");
+}
+
+/// The subjects of the `job` events `s` sends until it has sent one of `until`'s subject.
+async fn subjects_until(s: &mut reqwest::Response, until: &str) -> Vec<String> {
+    let read = async {
+        let (mut text, mut subjects) = (String::new(), Vec::new());
+        while !subjects.iter().any(|s| s == until) {
+            text.push_str(&String::from_utf8_lossy(&s.chunk().await.unwrap().expect("the stream goes on")));
+            while let Some(end) = text.find("\n\n") {
+                let event: String = text.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                    let job: Value = serde_json::from_str(data.trim()).unwrap();
+                    subjects.push(job["subject"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        subjects
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.unwrap_or_else(|_| panic!("no event for {until}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_share_one_poller_and_each_sees_its_tenant_only() {
+    let a = app(HttpSettings::default()).await;
+    let all = token(&a.engine, "all", Role::Viewer, None).await;
+    let only_a = token(&a.engine, "only-a", Role::Viewer, Some("tenant-a")).await;
+    let only_b = token(&a.engine, "only-b", Role::Viewer, Some("tenant-b")).await;
+    let (mut s_all, mut s_a, mut s_b) =
+        (open_stream(&a, &all).await, open_stream(&a, &only_a).await, open_stream(&a, &only_b).await);
+    let mk = |subject: &str| NewJob::new("selftest", subject, json!({"fail_attempts": 0}), Actor::cli("test"));
+    a.engine.enqueue(&[mk("tenant-a/alice")]).await.unwrap();
+    a.engine.enqueue(&[mk("tenant-b/bob")]).await.unwrap();
+    a.engine.enqueue(&[mk("tenant-a/carol")]).await.unwrap();
+    a.engine.enqueue(&[mk("tenant-b/dave")]).await.unwrap();
+    let seen = subjects_until(&mut s_all, "tenant-a/carol").await;
+    assert!(seen.contains(&"tenant-b/bob".to_string()) && seen.contains(&"tenant-a/alice".to_string()), "{seen:?}");
+    let seen = subjects_until(&mut s_a, "tenant-a/carol").await;
+    assert!(seen.iter().all(|s| s.starts_with("tenant-a/")), "{seen:?}");
+    let seen = subjects_until(&mut s_b, "tenant-b/dave").await;
+    assert!(seen.iter().all(|s| s.starts_with("tenant-b/")), "{seen:?}");
 }
