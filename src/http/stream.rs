@@ -135,12 +135,14 @@ pub(super) async fn stream(
         problem.retry_after = Some(RETRY_AFTER);
         return Err(problem);
     };
+    // from the moment of connecting (the overlap window before it included, as every look has)
+    let from = s.engine.now().await? - OVERLAP;
     let until = Instant::now() + s.http.stream_lifetime;
     let rx = s.jobs.subscribe(&s.engine, &s.shutdown);
     // a comment now and then keeps proxies (and the server's own idle watch) from closing it
     let keep_alive =
         KeepAlive::new().interval((s.http.idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(15)));
-    let feed = Feed { s, p, rx, sent: HashMap::new(), queue: Vec::new(), until, _slot: slot };
+    let feed = Feed { s, p, rx, from, sent: HashMap::new(), queue: Vec::new(), until, _slot: slot };
     Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(keep_alive))
 }
 
@@ -150,6 +152,8 @@ struct Feed {
     s: AppState,
     p: Principal,
     rx: broadcast::Receiver<Batch>,
+    /// Changes before this are not sent.
+    from: OffsetDateTime,
     /// What was sent in the overlap window: job id -> updated_at.
     sent: HashMap<i64, OffsetDateTime>,
     queue: Vec<Event>,
@@ -175,7 +179,7 @@ impl Feed {
                 _ = self.s.shutdown.cancelled() => return None,
             };
             let mut newest = None;
-            for j in jobs.iter().rev().filter(|j| self.p.sees(&j.tenant)) {
+            for j in jobs.iter().rev().filter(|j| j.updated_at > self.from && self.p.sees(&j.tenant)) {
                 newest = newest.max(Some(j.updated_at));
                 if self.sent.get(&j.id) == Some(&j.updated_at) {
                     continue;
