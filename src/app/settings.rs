@@ -137,7 +137,34 @@ pub fn http_settings(h: &HttpArgs) -> anyhow::Result<HttpSettings> {
         .filter(|o| !o.is_empty())
         .map(|o| crate::http::parse_origin(o).map_err(anyhow::Error::msg).context("ONRAMP_CORS_ORIGINS"))
         .collect::<anyhow::Result<_>>()?;
-    Ok(HttpSettings { timeout: h.http_timeout, max_body: h.http_max_body, cors_origins })
+    let trusted_proxies = h
+        .http_trusted_proxies
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .map(|p| crate::http::IpNet::parse(p).map_err(anyhow::Error::msg).context("ONRAMP_HTTP_TRUSTED_PROXIES"))
+        .collect::<anyhow::Result<_>>()?;
+    for (name, d) in [
+        ("ONRAMP_HTTP_TIMEOUT", h.http_timeout),
+        ("ONRAMP_HTTP_HEADER_TIMEOUT", h.http_header_timeout),
+        ("ONRAMP_HTTP_BODY_TIMEOUT", h.http_body_timeout),
+        ("ONRAMP_HTTP_IDLE_TIMEOUT", h.http_idle_timeout),
+        ("ONRAMP_HTTP_STREAM_LIFETIME", h.http_stream_lifetime),
+    ] {
+        anyhow::ensure!(!d.is_zero(), "{name} must be longer than 0s");
+    }
+    Ok(HttpSettings {
+        timeout: h.http_timeout,
+        max_body: h.http_max_body,
+        cors_origins,
+        header_timeout: h.http_header_timeout,
+        body_timeout: h.http_body_timeout,
+        idle_timeout: h.http_idle_timeout,
+        max_connections: h.http_max_connections as usize,
+        streams_per_token: h.http_streams_per_token as usize,
+        stream_lifetime: h.http_stream_lifetime,
+        trusted_proxies,
+    })
 }
 
 pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {

@@ -1,16 +1,10 @@
 //! /v1/jobs: list (keyset pages), one job with its attempts and audit trail, a live stream of
-//! changes, and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only:
+//! changes (`stream`), and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only:
 //! anything else is "not found".
-
-use std::collections::HashMap;
-use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -26,7 +20,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/v1/whoami", whoami),
         route(Method::GET, "/v1/jobs", list),
         route(Method::GET, "/v1/jobs/{id}", show),
-        route(Method::GET, "/v1/stream", stream).long_lived(),
+        route(Method::GET, "/v1/stream", super::stream::stream).long_lived(),
         route(Method::POST, "/v1/jobs/{id}/cancel", cancel),
         route(Method::POST, "/v1/jobs/{id}/retry", retry),
         route(Method::POST, "/v1/jobs/{id}/approve", approve),
@@ -119,58 +113,4 @@ async fn approve(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam
     let p = auth.require(Role::Operator)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.approve(id, &p.actor()).await?))
-}
-
-/// Server-sent events: `job` with the job whenever one changes (its state, step, attempt or
-/// timer), from the moment of connecting. Polls every half second with an overlap window, since a
-/// transaction's `updated_at` is its start time and it may commit after later ones.
-async fn stream(
-    auth: Auth,
-    State(s): State<AppState>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
-    let p = auth.require(Role::Viewer)?.clone();
-    let start = s.engine.now().await?;
-    let feed = Feed { s, p, since: start, sent: HashMap::new(), queue: Vec::new() };
-    Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(KeepAlive::default()))
-}
-
-const OVERLAP: time::Duration = time::Duration::seconds(5);
-
-struct Feed {
-    s: AppState,
-    p: Principal,
-    since: OffsetDateTime,
-    /// What was sent in the overlap window: job id -> updated_at.
-    sent: HashMap<i64, OffsetDateTime>,
-    queue: Vec<Event>,
-}
-
-impl Feed {
-    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
-        loop {
-            if let Some(e) = self.queue.pop() {
-                return Some((Ok(e), self));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let jobs = match self.s.engine.changed_since(self.since - OVERLAP, self.p.tenant.as_deref(), 500).await {
-                Ok(j) => j,
-                Err(e) => {
-                    tracing::warn!(error = %e, "job stream: query failed");
-                    continue;
-                }
-            };
-            for j in jobs.iter().rev() {
-                if self.sent.get(&j.id) == Some(&j.updated_at) {
-                    continue;
-                }
-                self.sent.insert(j.id, j.updated_at);
-                if let Ok(e) = Event::default().event("job").json_data(j) {
-                    self.queue.push(e);
-                }
-                self.since = self.since.max(j.updated_at);
-            }
-            let horizon = self.since - OVERLAP - OVERLAP;
-            self.sent.retain(|_, at| *at > horizon);
-        }
-    }
 }

@@ -14,12 +14,14 @@ mod layers;
 mod metrics;
 mod plans;
 mod problem;
+mod server;
+mod source;
+mod stream;
 mod tenants;
 mod tokens;
 mod webhook;
 mod work;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -35,6 +37,8 @@ use crate::intake::Intake;
 pub use auth::AuthLimiter;
 pub use layers::{HttpSettings, parse_origin};
 pub use problem::Problem;
+pub use source::IpNet;
+pub use stream::{JobHub, StreamSlots};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -50,8 +54,14 @@ pub struct AppState {
     pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
     /// This process runs a worker (it claims the runnable kinds of its registry).
     pub worker: bool,
-    /// Timeout, body limit and CORS of the routes.
+    /// Timeouts, limits and CORS of the server and its routes.
     pub http: Arc<HttpSettings>,
+    /// The live job streams open per token.
+    pub streams: Arc<StreamSlots>,
+    /// The one poller of the live job streams.
+    pub jobs: Arc<JobHub>,
+    /// Cancelled when the server shuts down (live streams end).
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -65,6 +75,9 @@ impl AppState {
             plans: None,
             worker: false,
             http: Arc::default(),
+            streams: Arc::default(),
+            jobs: Arc::default(),
+            shutdown: CancellationToken::new(),
         }
     }
 
@@ -151,17 +164,16 @@ fn build(routes: Vec<Route>, state: AppState) -> Router {
     layers::around(r, &settings)
 }
 
-/// Serves until `shutdown` is cancelled, then finishes the requests in flight.
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    serve_router(listener, router(state), shutdown).await
+/// Serves until `shutdown` is cancelled, then finishes the requests in flight (live streams end).
+pub async fn serve(listener: TcpListener, mut state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    state.shutdown = shutdown.clone();
+    let settings = state.http.clone();
+    server::run(listener, router(state), settings, shutdown).await
 }
 
 /// Serves only `/metrics`, `/healthz` and `/readyz` (a worker process without the API).
-pub async fn serve_ops(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    serve_router(listener, build(ops_routes(), state), shutdown).await
-}
-
-async fn serve_router(listener: TcpListener, router: Router, shutdown: CancellationToken) -> std::io::Result<()> {
-    let app = router.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+pub async fn serve_ops(listener: TcpListener, mut state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    state.shutdown = shutdown.clone();
+    let settings = state.http.clone();
+    server::run(listener, build(ops_routes(), state), settings, shutdown).await
 }

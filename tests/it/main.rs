@@ -14,6 +14,7 @@ mod flows_support;
 mod flows_tenant;
 mod flows_user;
 mod http_api;
+mod http_hostile;
 mod http_layers;
 mod http_matrix;
 mod http_work;

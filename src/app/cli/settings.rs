@@ -37,6 +37,29 @@ pub struct HttpArgs {
     /// https://portal.example.org. None by default: no CORS headers.
     #[arg(long, env = "ONRAMP_CORS_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
+    /// Longest a client may take to send a request's head (line and headers), from connecting or
+    /// from the first byte of a later request; then the connection is closed.
+    #[arg(long, env = "ONRAMP_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_header_timeout: Duration,
+    /// Longest pause while a request body is read; then 408 and the connection is closed.
+    #[arg(long, env = "ONRAMP_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_body_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    #[arg(long, env = "ONRAMP_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
+    /// Most HTTP connections served at once; one more waits a second for a free slot, then is closed.
+    #[arg(long, env = "ONRAMP_HTTP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_max_connections: u32,
+    /// Most live job streams (/v1/stream) one token may have open at once; one more is 429.
+    #[arg(long, env = "ONRAMP_HTTP_STREAMS_PER_TOKEN", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_streams_per_token: u32,
+    /// A live job stream ends after this long (clients reconnect).
+    #[arg(long, env = "ONRAMP_HTTP_STREAM_LIFETIME", default_value = "15m", value_parser = parse_duration)]
+    pub http_stream_lifetime: Duration,
+    /// Proxies (IP addresses or CIDR blocks, comma-separated) whose X-Forwarded-For names the
+    /// client for the limit on failed logins. None by default: the peer address is the client.
+    #[arg(long, env = "ONRAMP_HTTP_TRUSTED_PROXIES", value_delimiter = ',', value_name = "CIDR")]
+    pub http_trusted_proxies: Vec<String>,
 }
 
 #[derive(Clone, Debug, Args)]

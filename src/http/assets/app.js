@@ -57,6 +57,7 @@ async function stream() {
   if (streaming) return;
   streaming = true;
   for (;;) {
+    let ended = false; // the server ended the stream (its lifetime): reconnect soon
     try {
       const res = await fetch("/v1/stream", { headers: { Authorization: `Bearer ${token()}` } });
       if (!res.ok) throw new Error(res.status);
@@ -66,7 +67,7 @@ async function stream() {
       let buf = "";
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;
+        if (done) { ended = true; break; }
         buf += dec.decode(value, { stream: true });
         let i;
         while ((i = buf.indexOf("\n\n")) >= 0) {
@@ -77,7 +78,7 @@ async function stream() {
       }
     } catch (e) { /* reconnect below */ }
     $("#live").classList.remove("on");
-    await new Promise((r) => setTimeout(r, 2000));
+    await new Promise((r) => setTimeout(r, ended ? 200 : 2000));
   }
 }
 
