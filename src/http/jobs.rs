@@ -1,6 +1,8 @@
 //! /v1/jobs: list (keyset pages), one job with its attempts and audit trail, a live stream of
-//! changes, and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only:
-//! anything else is "not found".
+//! changes, and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only
+//! (a registry tenant, never the reconciler's jobs): anything else is "not found". Approving a
+//! four-eyes step (a hard cutoff, a tenant offboarding, a brake's release) is refused to the token
+//! that started the job (403).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,7 +21,7 @@ use super::auth::Auth;
 use super::extract::{OptBody, Params, PathParam};
 use super::{AppState, Problem, Route, route};
 use crate::engine::{Job, JobFilter, JobState};
-use crate::http::access::{Principal, Role};
+use crate::http::access::{Principal, Role, UNSCOPED_KINDS};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -72,8 +74,23 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
         (None, None, _) => None,
     };
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let filter =
-        JobFilter { state, kind: q.kind, subject, tenant, created_since: q.created_since, before_id: q.before, limit };
+    // a scoped token: its own tenant's jobs, when that is a registry tenant, never the reconciler's
+    let hide_kinds_starting = p.tenant.as_ref().map(|_| UNSCOPED_KINDS.to_string());
+    if let Some(own) = &p.tenant
+        && !s.tenants.as_deref().is_some_and(|r| r.tenant(own).is_some())
+    {
+        return Ok(Json(json!({ "jobs": [], "next": null })));
+    }
+    let filter = JobFilter {
+        state,
+        kind: q.kind,
+        subject,
+        tenant,
+        created_since: q.created_since,
+        before_id: q.before,
+        limit,
+        hide_kinds_starting,
+    };
     let jobs = s.engine.list(&filter).await?;
     let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
     Ok(Json(json!({ "jobs": jobs, "next": next })))
@@ -82,7 +99,11 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
 /// The job, if the caller may see it; otherwise "not found", as if it did not exist.
 async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     let job = s.engine.job(id).await?;
-    if p.sees(&job.tenant) { Ok(job) } else { Err(Problem::not_found(format!("job {id} not found"))) }
+    if p.sees_job(&job.kind, &job.tenant, s.tenants.as_deref()) {
+        Ok(job)
+    } else {
+        Err(Problem::not_found(format!("job {id} not found")))
+    }
 }
 
 async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Value>, Problem> {
@@ -159,12 +180,15 @@ impl Feed {
                     continue;
                 }
             };
+            let registry = self.s.tenants.clone();
             for j in jobs.iter().rev() {
                 if self.sent.get(&j.id) == Some(&j.updated_at) {
                     continue;
                 }
                 self.sent.insert(j.id, j.updated_at);
-                if let Ok(e) = Event::default().event("job").json_data(j) {
+                if self.p.sees_job(&j.kind, &j.tenant, registry.as_deref())
+                    && let Ok(e) = Event::default().event("job").json_data(j)
+                {
                     self.queue.push(e);
                 }
                 self.since = self.since.max(j.updated_at);
