@@ -10,8 +10,8 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 
 use crate::domain::names::TenantName;
-use crate::domain::tenants::TenantRegistry;
 use crate::domain::secret::Secret;
+use crate::domain::tenants::TenantRegistry;
 use crate::engine::Actor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -77,7 +77,7 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
     // a scoped token: its own tenant's jobs, when that is a registry tenant, never the reconciler's
     let hide_kinds_starting = p.tenant.as_ref().map(|_| UNSCOPED_KINDS.to_string());
     if let Some(own) = &p.tenant
-        && !s.tenants.as_deref().is_some_and(|r| r.tenant(own).is_some())
+        && s.tenants.as_deref().is_none_or(|r| r.tenant(own).is_none())
     {
         return Ok(Json(json!({ "jobs": [], "next": null })));
     }

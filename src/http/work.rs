@@ -219,11 +219,15 @@ async fn offboardable(s: &AppState, reg: &TenantRegistry, tenant: &str, username
         ))),
         Err(e) => {
             tracing::warn!(error = %e, "user offboarding: membership could not be read");
-            Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Unavailable", format!(
-                "cannot check that {user} is a user of tenant {} right now (Authentik or the database did not answer); \
+            Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Unavailable",
+                format!(
+                    "cannot check that {user} is a user of tenant {} right now (Authentik or the database did not answer); \
                  try again",
-                t.name
-            ),
+                    t.name
+                ),
             ))
         }
     }
