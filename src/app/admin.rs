@@ -52,6 +52,13 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
         TokenAction::Create { name, role, tenant, expires } => {
             let role: Role = role.parse().map_err(anyhow::Error::msg)?;
             let tenant = tenant.as_deref().map(TenantName::parse).transpose()?;
+            if let Some(t) = &tenant {
+                let path = args.tenants.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!("a token for tenant {t} needs the tenant registry to check it: set ONRAMP_TENANTS")
+                })?;
+                let registry = crate::domain::tenants::TenantRegistry::load(path)?;
+                anyhow::ensure!(registry.tenant(t.as_str()).is_some(), "tenant {t} is not in the tenant registry");
+            }
             let expires_at = expires.map(|d| time::OffsetDateTime::now_utc() + d);
             let token = access::create(&pool, &name, role, tenant.as_ref(), expires_at, &cli_actor()).await?;
             eprintln!("onramp: created {role} token {name:?}; it is shown once:");

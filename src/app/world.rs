@@ -98,6 +98,7 @@ impl World {
             state.worker = worker.is_some();
             state.intake = started;
             state.tenants = intake.as_ref().map(|s| s.tenants.clone());
+            state.authentik = intake.as_ref().map(|s| s.authentik.clone());
             state.plans = match (plans, &intake) {
                 (Some(cfg), Some(s)) => Some(Arc::new(Planner { cfg, authentik: Some(s.authentik.clone()) })),
                 _ => None,

@@ -151,7 +151,34 @@ pub trait Flow: Send + Sync + 'static {
     fn policy(&self, _step: usize) -> RetryPolicy {
         RetryPolicy::default()
     }
+    /// Four eyes: whether an approval this step asks for must come from someone other than the
+    /// job's starter (for a step whose approval lets something irreversible happen). The worker
+    /// records it with the approval request; the engine refuses the starter's own approval.
+    fn four_eyes(&self, _step: usize) -> bool {
+        false
+    }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a>;
+}
+
+/// A flow every one of whose approvals needs four eyes (e.g. one that releases held work).
+pub struct FourEyes<F>(pub F);
+
+impl<F: Flow> Flow for FourEyes<F> {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+    fn steps(&self) -> &'static [&'static str] {
+        self.0.steps()
+    }
+    fn policy(&self, step: usize) -> RetryPolicy {
+        self.0.policy(step)
+    }
+    fn four_eyes(&self, _step: usize) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
+        self.0.run(step, ctx)
+    }
 }
 
 /// The kinds a process knows. A *declared* kind (its name and steps) can be enqueued here; a

@@ -27,7 +27,7 @@ use sqlx::{PgConnection, PgPool};
 
 pub use budget::{Budget, Held, Metered, Through, ThroughOutcome};
 pub use claims::Claim;
-pub use flow::{Flow, Jobs, Registry, StepCtx, StepFuture, Transition};
+pub use flow::{Flow, FourEyes, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};
 pub use ops::JobFilter;
 pub use policy::RetryPolicy;
@@ -52,6 +52,11 @@ pub enum EngineError {
     NotFound(i64),
     #[error("job {id} is {state}: it cannot {action}")]
     InvalidState { id: i64, state: JobState, action: &'static str },
+    /// The starter of a job tried to approve a step that needs a second person.
+    #[error(
+        "four eyes: job {id} was started by {starter}; its step {step} must be approved by another token or person"
+    )]
+    FourEyes { id: i64, step: String, starter: String },
     #[error("unexpected data in the database: {0}")]
     Corrupt(String),
 }

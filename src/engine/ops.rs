@@ -102,9 +102,19 @@ pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineE
 }
 
 /// Approves the step that is waiting for approval; it runs again knowing it was approved.
+/// A four-eyes step (see [`super::Flow::four_eyes`]) is refused to the job's starter; its audit
+/// entry names both the approver and the starter.
 pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineError> {
     let mut tx = pool.begin().await?;
     let (from, step) = lock(&mut tx, id, "approve", &[JobState::NeedsApproval]).await?;
+    let (four_eyes, starter): (bool, String) =
+        sqlx::query_as("select four_eyes_step is not distinct from step_index, created_by from jobs where id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if four_eyes && starter == actor.as_str() {
+        return Err(EngineError::FourEyes { id, step, starter });
+    }
     sqlx::query(
         "update jobs set state = 'pending', run_at = now(), approved_step = step_index, approved_by = $2,
                 updated_at = now()
@@ -114,9 +124,28 @@ pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, Engin
     .bind(actor.as_str())
     .execute(&mut *tx)
     .await?;
-    record(&mut tx, id, from, JobState::Pending, &step, actor, Some("approved")).await?;
+    let detail = match four_eyes {
+        true => format!("approved by {actor} (four eyes: the job was started by {starter})"),
+        false => "approved".to_string(),
+    };
+    record(&mut tx, id, from, JobState::Pending, &step, actor, Some(&detail)).await?;
     notify(&mut tx, NOTIFY_JOBS, "").await?;
     commit_returning(tx, id).await
+}
+
+/// Marks the step a worker runs (fenced by its attempt) as one whose approval needs four eyes,
+/// before the worker writes that the step needs approval.
+pub(super) async fn mark_four_eyes(pool: &PgPool, id: i64, step_index: i32, attempt: i32) -> Result<(), EngineError> {
+    sqlx::query(
+        "update jobs set four_eyes_step = step_index
+         where id = $1 and step_index = $2 and attempt = $3 and state = 'running'",
+    )
+    .bind(id)
+    .bind(step_index)
+    .bind(attempt)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Commits and returns the job as this transaction left it (a worker may change it right after).
@@ -148,6 +177,8 @@ pub struct JobFilter {
     /// Keyset cursor: only jobs with a smaller id.
     pub before_id: Option<i64>,
     pub limit: u32,
+    /// Leave out jobs whose kind starts with this (e.g. kinds only some callers may see).
+    pub hide_kinds_starting: Option<String>,
 }
 
 pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError> {
@@ -161,6 +192,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
            and ($3::text is null or subject = $3) and ($4::text is null or subject like $4)
            and ($5::timestamptz is null or created_at >= $5) and ($6::bigint is null or id < $6)
            and ($8::text is null or tenant = $8)
+           and ($9::text is null or left(kind, length($9)) <> $9)
          order by id desc limit $7"
     ))
     .bind(f.state)
@@ -171,6 +203,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
     .bind(f.before_id)
     .bind(i64::from(f.limit.clamp(1, 500)))
     .bind(f.tenant.as_deref())
+    .bind(f.hide_kinds_starting.as_deref())
     .fetch_all(pool)
     .await?;
     Ok(rows)

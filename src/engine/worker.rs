@@ -249,6 +249,12 @@ async fn run_job(
             jitter: fastrand::f64(),
         };
         let mut write = decide(&situation, t);
+        if write.outcome == StepOutcome::NeedsApproval && flow.four_eyes(idx) {
+            // recorded while this worker holds the job, so no approval can come in between
+            if let Err(e) = super::ops::mark_four_eyes(&shared.pool, c.id, c.step_index, c.attempt).await {
+                write = decide(&situation, Transition::Retry(format!("record that the approval needs four eyes: {e}")));
+            }
+        }
         write.effects = (!effects.is_empty()).then_some(serde_json::Value::Array(effects));
         trace::record_outcome(&span, write.outcome);
         match write.outcome {

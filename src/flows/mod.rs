@@ -26,6 +26,7 @@ pub(crate) use steps;
 
 pub mod backends;
 pub mod drain;
+pub mod membership;
 pub mod reconcile;
 pub mod selftest;
 pub mod settings;
@@ -99,5 +100,6 @@ pub fn with_reconcile(registry: Registry, r: Arc<reconcile::Reconciler>) -> Regi
         .with(reconcile::user::ReconcileUser(r.clone()))
         .with(reconcile::tenants::ReconcileTenants { reconciler: r.clone(), full: false })
         .with(reconcile::tenants::ReconcileTenants { reconciler: r.clone(), full: true })
-        .with(reconcile::hold::ReconcileHold(r))
+        // releasing held offboardings is irreversible: a second person approves it
+        .with(crate::engine::FourEyes(reconcile::hold::ReconcileHold(r)))
 }

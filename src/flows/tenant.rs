@@ -2,7 +2,9 @@
 //! Input: `{"tenant": "foo"}` (offboarding also takes `"hard_cutoff": true`).
 //!
 //! Offboarding's order is enforced, not hoped for: the engine runs the steps in order, and the
-//! delete step refuses to run unless this job's snapshot and archive steps succeeded.
+//! delete step refuses to run unless this job's snapshot and archive steps succeeded. Nothing
+//! happens before a second person (not the job's starter) approves it, and a hard cutoff after
+//! the drain deadline needs the same (four eyes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,6 +40,7 @@ pub const ONBOARD_STEPS: &[&str] = OnboardStep::NAMES;
 crate::flows::steps! {
     /// The steps, in order (`OffboardStep::NAMES` are their names in the job history).
     pub enum OffboardStep {
+        Confirm = "confirm",
         Block = "block",
         CancelPending = "cancel_pending",
         Drain = "drain",
@@ -204,6 +207,10 @@ impl Flow for TenantOffboard {
     fn policy(&self, _: usize) -> RetryPolicy {
         self.0.policy(8)
     }
+    /// Starting it and a hard cutoff each need a second person.
+    fn four_eyes(&self, step: usize) -> bool {
+        matches!(OffboardStep::ALL[step], OffboardStep::Confirm | OffboardStep::Drain)
+    }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
         Box::pin(async move { finish(self.step(OffboardStep::ALL[step], ctx).await) })
     }
@@ -215,6 +222,14 @@ impl TenantOffboard {
         let (input, t, name) = checked(b, ctx)?;
         let scope = JobScope::Account(t.account.clone());
         match step {
+            OffboardStep::Confirm => Ok(match &ctx.approved_by {
+                Some(by) => Transition::Done(json!({ "approved_by": by })),
+                None => Transition::NeedsApproval(format!(
+                    "offboarding tenant {name} blocks its accounts, deletes its Slurm cluster and releases its \
+                     nodes, and deletes its accounts after the retention period: someone other than the \
+                     job's starter approves"
+                )),
+            }),
             OffboardStep::Block => {
                 let e = b.slurm.block_account(&t.account).await.step("block the tenant (GrpJobs=0)")?;
                 Ok(Transition::Done(json!({ "account": t.account, "changed": e.changed })))
@@ -317,7 +332,7 @@ mod tests {
             input: json!({ "tenant": "foo" }),
             outputs: outputs.as_object().cloned().unwrap_or_default(),
             step: OffboardStep::DeleteAccounts.name(),
-            step_index: 8,
+            step_index: 9,
             attempt: 1,
             waited: false,
             poll_deadline: None,

@@ -1,4 +1,6 @@
-//! `user.offboard`: the runbook's "Offboarding flow: user departure". Block, cancel pending,
+//! `user.offboard`: the runbook's "Offboarding flow: user departure". Only a user with an
+//! association under the tenant's account: the first step reads it and refuses, changing
+//! nothing, when there is none. Block, cancel pending,
 //! drain (or a hard cutoff, approved or asked for), disable in Authentik and remove the key,
 //! notify, keep everything for the retention period (a durable timer), snapshot `$HOME` and
 //! archive accounting, and only after both: delete the association. A user who is an active
@@ -16,6 +18,7 @@ use super::{StepResult, drain, finish, specs};
 use crate::backends::notify::{Offboarding, Recipient};
 use crate::backends::slurm::{Deleted, JobScope};
 use crate::backends::storage::{Dir, Snapshot, SnapshotName};
+use crate::domain::names::TenantName;
 use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
 
 /// The kind of job this flow runs.
@@ -114,6 +117,10 @@ impl Flow for UserOffboard {
             _ => self.0.policy(8),
         }
     }
+    /// The drain's approval is a hard cutoff: a second person gives it.
+    fn four_eyes(&self, step: usize) -> bool {
+        Step::ALL[step] == Step::Drain
+    }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
         Box::pin(async move { finish(self.step(Step::ALL[step], ctx).await) })
     }
@@ -130,6 +137,21 @@ impl UserOffboard {
         let scope = JobScope::UserIn(n.user.clone(), accounts.clone());
         match step {
             Step::Block => {
+                // only a user of this tenant: their association, read before anything is changed
+                let t = b.tenant(n.tenant.as_str())?;
+                if !t.accounts().contains(&n.account) {
+                    let why = format!("refused: account {} is not one of tenant {}'s accounts", n.account, n.tenant);
+                    return Err(Transition::Fail(why));
+                }
+                let before = b.slurm.user(&n.user).await.step("read the user's associations")?;
+                let has = before.iter().flat_map(|s| &s.assocs).any(|a| a.account == n.account.as_str());
+                if !has {
+                    return Err(Transition::Fail(format!(
+                        "refused: {} has no association under account {} (tenant {}); only a user who has one is \
+                         offboarded, and nothing was changed",
+                        n.user, n.account, n.tenant
+                    )));
+                }
                 let e = b.slurm.block_user(&n.user, &accounts).await.step("block the user")?;
                 let state = b.slurm.user(&n.user).await.step("read the user back")?;
                 let ours: Vec<&crate::backends::slurm::Association> = state
@@ -154,7 +176,7 @@ impl UserOffboard {
                 Ok(Transition::Done(json!({ "cancelled": c.cancelled, "remaining": c.remaining })))
             }
             Step::Drain => drain::drain(b, &scope, "the user's", input.hard_cutoff, ctx).await,
-            Step::DisableLogin => disable(b, &n).await,
+            Step::DisableLogin => disable(b, &n, ctx).await,
             Step::Notify => notify(b, &n, ctx).await,
             Step::Retention => {
                 if !ctx.waited {
@@ -185,23 +207,38 @@ impl UserOffboard {
     }
 }
 
-/// Runbook step 4: deactivate in Authentik (unless already, or still a member of another
-/// tenant) and remove the key from the tenant's Secret when onramp manages keys.
-async fn disable(b: &Backends, n: &Names) -> StepResult {
+/// Runbook step 4: deactivate in Authentik and remove the key from this tenant's Secret when
+/// onramp manages keys. The account is left active (and why is recorded) when the user is still
+/// in a tenant's group (this one's or another's), when Authentik does not say which groups they
+/// are in, or when this job's `block` step found no association of theirs.
+async fn disable(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let user = match b.authentik.user_by_username(n.user.as_str()).await {
         Ok(u) => Some(u),
         Err(crate::backends::authentik::AuthentikError::NotFound(_)) => None,
         Err(e) => return Err(e.transition("read the user from Authentik")),
     };
+    let blocked = ctx
+        .output(Step::Block.name())
+        .and_then(|o| o.get("blocked"))
+        .and_then(|b| b.as_array())
+        .is_some_and(|a| !a.is_empty());
     let deactivated = match &user {
         None => "not in Authentik",
         Some(u) if !u.is_active => "already deactivated",
-        Some(u) if !b.tenants.placements(&u.group_names()).is_empty() => {
-            "left active: still a member of another tenant"
-        }
+        Some(u) if !u.knows_group_names() => "left active: Authentik did not say which groups the user is in",
         Some(u) => {
-            b.authentik.deactivate(u.pk).await.step("deactivate the user in Authentik")?;
-            "deactivated"
+            let tenants: Vec<TenantName> = b.tenants.placements(&u.group_names()).into_iter().map(|(t, _)| t).collect();
+            if tenants.iter().any(|t| *t != n.tenant) {
+                // which tenant is not said: this job is seen by this tenant's tokens
+                "left active: still a member of another tenant"
+            } else if !tenants.is_empty() {
+                "left active: still a member of this tenant's group"
+            } else if !blocked {
+                "left active: this job found no association of the user"
+            } else {
+                b.authentik.deactivate(u.pk).await.step("deactivate the user in Authentik")?;
+                "deactivated"
+            }
         }
     };
     let mut key_removed = false;

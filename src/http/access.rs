@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 
 use crate::domain::names::TenantName;
 use crate::domain::secret::Secret;
+use crate::domain::tenants::TenantRegistry;
 use crate::engine::Actor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -66,7 +67,25 @@ impl Principal {
     pub fn sees(&self, tenant: &str) -> bool {
         self.tenant.as_deref().is_none_or(|t| t == tenant)
     }
+
+    /// Whether this principal may see or act on a job of `kind` and `tenant` (its subject's first
+    /// segment). A tenant-scoped token sees only jobs of its own tenant, and only when that is a
+    /// tenant of the registry: never the reconciler's jobs (they list every tenant's users), nor a
+    /// job whose subject names no registry tenant.
+    pub fn sees_job(&self, kind: &str, tenant: &str, registry: Option<&TenantRegistry>) -> bool {
+        match &self.tenant {
+            None => true,
+            Some(own) => {
+                own == tenant
+                    && !kind.starts_with(UNSCOPED_KINDS)
+                    && registry.is_some_and(|r| r.tenant(tenant).is_some())
+            }
+        }
+    }
 }
+
+/// Jobs of kinds starting with this are seen by unscoped tokens only (`reconcile.*`).
+pub const UNSCOPED_KINDS: &str = "reconcile.";
 
 #[derive(Clone, Debug, Serialize, sqlx::FromRow)]
 pub struct TokenInfo {
@@ -218,7 +237,14 @@ mod tests {
     fn tenant_scope() {
         let p = Principal { token_name: "t".into(), role: Role::Viewer, tenant: Some("foo".into()) };
         assert!(p.sees("foo") && !p.sees("bar"));
-        let all = Principal { tenant: None, ..p };
+        let all = Principal { tenant: None, ..p.clone() };
         assert!(all.sees("bar"));
+        let reg = TenantRegistry::parse("tenants:\n  - { name: foo, group: g }\n", "t").unwrap();
+        assert!(p.sees_job("user.onboard", "foo", Some(&reg)));
+        assert!(!p.sees_job("reconcile.tenant", "foo", Some(&reg)), "the reconciler's jobs: unscoped only");
+        assert!(!p.sees_job("user.onboard", "foo", None), "no registry: no tenant is known");
+        let odd = Principal { tenant: Some("reconcile".into()), ..p };
+        assert!(!odd.sees_job("reconcile.full", "reconcile", Some(&reg)), "not a registry tenant");
+        assert!(all.sees_job("reconcile.full", "reconcile", None));
     }
 }

@@ -1,6 +1,8 @@
 //! /v1/jobs: list (keyset pages), one job with its attempts and audit trail, a live stream of
-//! changes (`stream`), and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only:
-//! anything else is "not found".
+//! changes (`stream`), and the actions cancel, retry and approve. A tenant-scoped token sees its tenant only
+//! (a registry tenant, never the reconciler's jobs): anything else is "not found". Approving a
+//! four-eyes step (a hard cutoff, a tenant offboarding, a brake's release) is refused to the token
+//! that started the job (403).
 
 use axum::Json;
 use axum::extract::State;
@@ -13,7 +15,7 @@ use super::auth::Auth;
 use super::extract::{OptBody, Params, PathParam};
 use super::{AppState, Problem, Route, route};
 use crate::engine::{Job, JobFilter, JobState};
-use crate::http::access::{Principal, Role};
+use crate::http::access::{Principal, Role, UNSCOPED_KINDS};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -66,8 +68,23 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
         (None, None, _) => None,
     };
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let filter =
-        JobFilter { state, kind: q.kind, subject, tenant, created_since: q.created_since, before_id: q.before, limit };
+    // a scoped token: its own tenant's jobs, when that is a registry tenant, never the reconciler's
+    let hide_kinds_starting = p.tenant.as_ref().map(|_| UNSCOPED_KINDS.to_string());
+    if let Some(own) = &p.tenant
+        && s.tenants.as_deref().is_none_or(|r| r.tenant(own).is_none())
+    {
+        return Ok(Json(json!({ "jobs": [], "next": null })));
+    }
+    let filter = JobFilter {
+        state,
+        kind: q.kind,
+        subject,
+        tenant,
+        created_since: q.created_since,
+        before_id: q.before,
+        limit,
+        hide_kinds_starting,
+    };
     let jobs = s.engine.list(&filter).await?;
     let next = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten();
     Ok(Json(json!({ "jobs": jobs, "next": next })))
@@ -76,7 +93,11 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
 /// The job, if the caller may see it; otherwise "not found", as if it did not exist.
 async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     let job = s.engine.job(id).await?;
-    if p.sees(&job.tenant) { Ok(job) } else { Err(Problem::not_found(format!("job {id} not found"))) }
+    if p.sees_job(&job.kind, &job.tenant, s.tenants.as_deref()) {
+        Ok(job)
+    } else {
+        Err(Problem::not_found(format!("job {id} not found")))
+    }
 }
 
 async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Value>, Problem> {

@@ -52,6 +52,8 @@ pub struct AppState {
     pub tenants: Option<Arc<TenantRegistry>>,
     /// Plans of flows (the simulated cluster with this process's settings), when configured.
     pub plans: Option<Arc<crate::dryrun::plan::Planner>>,
+    /// Authentik (read only here: who is a member of which tenant), with the intake.
+    pub authentik: Option<Arc<dyn crate::backends::authentik::Authentik>>,
     /// This process runs a worker (it claims the runnable kinds of its registry).
     pub worker: bool,
     /// Timeouts, limits and CORS of the server and its routes.
@@ -73,6 +75,7 @@ impl AppState {
             intake: None,
             tenants: None,
             plans: None,
+            authentik: None,
             worker: false,
             http: Arc::default(),
             streams: Arc::default(),

@@ -77,6 +77,9 @@ impl From<EngineError> for Problem {
                 Problem::new(StatusCode::CONFLICT, "invalid-state", "Not possible in the job's state", e.to_string())
             }
             e @ EngineError::UnknownKind(_) => Problem::bad_request(e.to_string()),
+            e @ EngineError::FourEyes { .. } => {
+                Problem::new(StatusCode::FORBIDDEN, "four-eyes", "Needs a second person", e.to_string())
+            }
             e => {
                 tracing::error!(error = %e, "request failed");
                 Problem::internal()

@@ -179,7 +179,9 @@ impl Feed {
                 _ = self.s.shutdown.cancelled() => return None,
             };
             let mut newest = None;
-            for j in jobs.iter().rev().filter(|j| j.updated_at > self.from && self.p.sees(&j.tenant)) {
+            let registry = self.s.tenants.clone();
+            let seen = |j: &&Job| j.updated_at > self.from && self.p.sees_job(&j.kind, &j.tenant, registry.as_deref());
+            for j in jobs.iter().rev().filter(seen) {
                 newest = newest.max(Some(j.updated_at));
                 if self.sent.get(&j.id) == Some(&j.updated_at) {
                     continue;

@@ -1,5 +1,6 @@
 //! /v1/tokens: admins create, list and revoke API tokens. An admin scoped to a tenant manages
-//! that tenant's tokens only, and cannot create unscoped ones.
+//! that tenant's tokens only, and cannot create unscoped ones. A token's tenant must be in the
+//! tenant registry (422 otherwise).
 
 use axum::Json;
 use axum::extract::State;
@@ -70,6 +71,13 @@ async fn create(
             "Forbidden",
             format!("this token manages tokens of tenant {own} only"),
         ));
+    }
+    // a scope names a tenant of the registry: a token for any other name ("reconcile") would see
+    // jobs that are not a tenant's
+    if let Some(t) = &tenant
+        && s.registry()?.tenant(t.as_str()).is_none()
+    {
+        return Err(Problem::unprocessable(format!("tenant {t} is not in the tenant registry")));
     }
     let expires_at = match b.expires_in.as_deref() {
         Some(d) => {

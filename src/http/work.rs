@@ -2,7 +2,8 @@
 //! tenant, or run a full reconcile. The jobs are built by the same constructors the reconciler and
 //! the CLI use, so a portal's request and a webhook's reconcile dedupe to one job. Every name is
 //! checked and the tenant and account looked up in the tenant registry; a tenant-scoped token
-//! starts work for its own tenant only.
+//! starts work for its own tenant only. A hard cutoff and a tenant offboarding need the admin
+//! role; a user offboarding needs a user who is, or was, in the tenant (422 otherwise).
 //!
 //! Answers 202 with the job when this request created it, 200 with the job when it is one that
 //! already existed: the same `Idempotency-Key` and request again (header `Idempotent-Replayed:
@@ -21,7 +22,7 @@ use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{Tenant, TenantRegistry};
 use crate::engine::NewJob;
 use crate::flows::tenant::{self, TENANT_OFFBOARD, TENANT_ONBOARD};
-use crate::flows::{user_offboard, user_onboard};
+use crate::flows::{membership, user_offboard, user_onboard};
 use crate::http::access::{Principal, Role};
 
 pub fn routes() -> Vec<Route> {
@@ -106,9 +107,22 @@ fn reason(p: &Principal) -> String {
     format!("requested through the API by token {}", p.token_name)
 }
 
+/// 403 unless the caller is an admin: `what` needs it.
+fn admin_for(p: &Principal, what: &str) -> Result<(), Problem> {
+    if p.role >= Role::Admin {
+        return Ok(());
+    }
+    Err(Problem::forbidden(format!("{what} needs the admin role; the token has {}", p.role)))
+}
+
 /// The job a request asks for, built as the reconciler and the CLI build theirs (so they dedupe).
 fn job(reg: &TenantRegistry, p: &Principal, w: &StartWork) -> Result<NewJob, Problem> {
     let cause = p.actor().to_string();
+    match w {
+        StartWork::UserOffboard { hard_cutoff: true, .. } => admin_for(p, "a hard cutoff")?,
+        StartWork::TenantOffboard { .. } => admin_for(p, "offboarding a tenant")?,
+        _ => {}
+    }
     Ok(match w {
         StartWork::UserOnboard { tenant, account, username } => {
             let (tenant, account, username) = user_names(reg, p, tenant, account.as_deref(), username)?;
@@ -162,6 +176,9 @@ async fn start(
     let p = auth.require(Role::Operator)?;
     let reg = s.registry()?;
     let job = job(reg, p, &w)?;
+    if let StartWork::UserOffboard { tenant, username, .. } = &w {
+        offboardable(&s, reg, tenant, username).await?;
+    }
     if s.engine.registry().steps(&job.kind).is_none() {
         return Err(Problem::unavailable(format!(
             "this onramp runs no {} flow: it needs the Authentik settings (ONRAMP_AUTHENTIK_URL, ONRAMP_AUTHENTIK_TOKEN)",
@@ -183,4 +200,35 @@ async fn start(
         h.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(res)
+}
+
+/// A user offboarding acts only on a member of the tenant, now or before (Authentik's groups of
+/// the tenant, or the job history): anyone else (`akadmin`, `root`, another tenant's user) is 422
+/// and no job is made. The flow's first step checks the association in Slurm before it changes
+/// anything.
+async fn offboardable(s: &AppState, reg: &TenantRegistry, tenant: &str, username: &str) -> Result<(), Problem> {
+    let (Some(t), Ok(user)) = (reg.tenant(tenant), Username::parse(username)) else {
+        return Err(Problem::internal()); // checked by `job` before
+    };
+    match membership::belongs(s.authentik.as_deref(), &s.engine, t, &user).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(invalid(format!(
+            "{user} is not a user of tenant {}: neither in its Authentik group nor ever onboarded there, so there \
+             is nothing of theirs to offboard",
+            t.name
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "user offboarding: membership could not be read");
+            Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Unavailable",
+                format!(
+                    "cannot check that {user} is a user of tenant {} right now (Authentik or the database did not answer); \
+                 try again",
+                    t.name
+                ),
+            ))
+        }
+    }
 }

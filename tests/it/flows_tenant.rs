@@ -56,6 +56,13 @@ async fn a_tenant_is_onboarded_and_offboarded_in_order() {
     h.k8s.put(&other, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("gpu-other-{}", h.tenant), "labels": {"reserved.tenant": h.tenant}}}));
 
     let id = h.engine.enqueue(&[job(TENANT_OFFBOARD, &h.tenant, Actor::cli("ops"))]).await.unwrap()[0].id;
+    // nothing happens before a second person approves: the starter cannot
+    let waiting = wait_state(&h.engine, id, "needs_approval", T).await;
+    assert_eq!(waiting.step, "confirm");
+    let e = h.engine.approve(id, &Actor::cli("ops")).await.unwrap_err();
+    assert!(e.to_string().starts_with("four eyes:"), "{e}");
+    assert!(h.k8s.get(&cr).is_some(), "nothing was changed before the approval");
+    h.engine.approve(id, &Actor::cli("reviewer")).await.unwrap();
     let done = eventually(T, "the tenant offboarding to end", || async {
         let j = h.engine.job(id).await.unwrap();
         matches!(j.state.as_str(), "succeeded" | "failed").then_some(j)

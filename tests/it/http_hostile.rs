@@ -384,21 +384,29 @@ async fn subjects_until(s: &mut reqwest::Response, until: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_share_one_poller_and_each_sees_its_tenant_only() {
-    let a = app(HttpSettings::default()).await;
+    // the intake's app: its tenant registry has foo and bar (scoped tokens see registry tenants only)
+    let db = TestDb::new().await;
+    let a = crate::intake_support::app(&db, crate::intake_support::AppOptions::default()).await;
+    let http = reqwest::Client::new();
+    let open = |t: String| {
+        let (http, base) = (http.clone(), a.base.clone());
+        async move { http.get(format!("{base}/v1/stream")).bearer_auth(t).send().await.unwrap() }
+    };
     let all = token(&a.engine, "all", Role::Viewer, None).await;
-    let only_a = token(&a.engine, "only-a", Role::Viewer, Some("tenant-a")).await;
-    let only_b = token(&a.engine, "only-b", Role::Viewer, Some("tenant-b")).await;
-    let (mut s_all, mut s_a, mut s_b) =
-        (open_stream(&a, &all).await, open_stream(&a, &only_a).await, open_stream(&a, &only_b).await);
-    let mk = |subject: &str| NewJob::new("selftest", subject, json!({"fail_attempts": 0}), Actor::cli("test"));
-    a.engine.enqueue(&[mk("tenant-a/alice")]).await.unwrap();
-    a.engine.enqueue(&[mk("tenant-b/bob")]).await.unwrap();
-    a.engine.enqueue(&[mk("tenant-a/carol")]).await.unwrap();
-    a.engine.enqueue(&[mk("tenant-b/dave")]).await.unwrap();
-    let seen = subjects_until(&mut s_all, "tenant-a/carol").await;
-    assert!(seen.contains(&"tenant-b/bob".to_string()) && seen.contains(&"tenant-a/alice".to_string()), "{seen:?}");
-    let seen = subjects_until(&mut s_a, "tenant-a/carol").await;
-    assert!(seen.iter().all(|s| s.starts_with("tenant-a/")), "{seen:?}");
-    let seen = subjects_until(&mut s_b, "tenant-b/dave").await;
-    assert!(seen.iter().all(|s| s.starts_with("tenant-b/")), "{seen:?}");
+    let only_a = token(&a.engine, "only-a", Role::Viewer, Some("foo")).await;
+    let only_b = token(&a.engine, "only-b", Role::Viewer, Some("bar")).await;
+    let (mut s_all, mut s_a, mut s_b) = (open(all).await, open(only_a).await, open(only_b).await);
+    let mk = |subject: &str| NewJob::new("user.onboard", subject, json!({}), Actor::cli("test"));
+    a.engine.enqueue(&[mk("foo/alice")]).await.unwrap();
+    a.engine.enqueue(&[mk("bar/bob")]).await.unwrap();
+    a.engine.enqueue(&[onramp::flows::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap();
+    a.engine.enqueue(&[mk("foo/carol")]).await.unwrap();
+    a.engine.enqueue(&[mk("bar/dave")]).await.unwrap();
+    let seen = subjects_until(&mut s_all, "foo/carol").await;
+    assert!(seen.contains(&"bar/bob".to_string()) && seen.contains(&"foo/alice".to_string()), "{seen:?}");
+    assert!(seen.contains(&"reconcile/full".to_string()), "{seen:?}");
+    let seen = subjects_until(&mut s_a, "foo/carol").await;
+    assert!(seen.iter().all(|s| s.starts_with("foo/")), "{seen:?}");
+    let seen = subjects_until(&mut s_b, "bar/dave").await;
+    assert!(seen.iter().all(|s| s.starts_with("bar/")), "the reconciler's jobs are not a tenant's: {seen:?}");
 }

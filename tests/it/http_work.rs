@@ -78,13 +78,15 @@ async fn starting_work_is_checked_and_an_idempotency_key_answers_the_same_job() 
         reason: "test".into(),
     };
     let by_reconcile = a.engine.enqueue(&[onramp::flows::reconcile::job_for(&action, "webhook:x")]).await.unwrap()[0];
+    // (a hard cutoff and a tenant offboarding need the admin role)
+    let admin = token(&a.engine, "portal-admin", Role::Admin, None).await;
     let offboard = json!({"kind": "user.offboard", "tenant": "foo", "username": "carol", "hard_cutoff": true});
-    let (status, _, job) = post(&a, &ops, None, &offboard).await;
+    let (status, _, job) = post(&a, &admin, None, &offboard).await;
     assert_eq!((status, job["id"].as_i64()), (StatusCode::OK, Some(by_reconcile.id)));
 
     // concurrent requests with one key: one job, one key, no error
     let bulk = json!({"kind": "tenant.offboard", "tenant": "bar", "hard_cutoff": true});
-    let answers = futures_util::future::join_all((0..8).map(|_| post(&a, &ops, Some("k2"), &bulk))).await;
+    let answers = futures_util::future::join_all((0..8).map(|_| post(&a, &admin, Some("k2"), &bulk))).await;
     let statuses: Vec<u16> = answers.iter().map(|(s, _, _)| s.as_u16()).collect();
     assert_eq!(statuses.iter().filter(|s| **s == 202).count(), 1, "{statuses:?}");
     assert!(statuses.iter().all(|s| [200, 202].contains(s)), "{statuses:?}");
@@ -94,10 +96,10 @@ async fn starting_work_is_checked_and_an_idempotency_key_answers_the_same_job() 
     assert_eq!(answers[0].2["input"]["hard_cutoff"], true);
     // the key outlives its job: after the job is closed, the key still answers that job
     a.engine.cancel(bulk_id, &Actor::cli("test"), Some("test")).await.unwrap();
-    let (status, _, job) = post(&a, &ops, Some("k2"), &bulk).await;
+    let (status, _, job) = post(&a, &admin, Some("k2"), &bulk).await;
     assert_eq!((status, job["id"].as_i64(), job["state"].as_str()), (StatusCode::OK, Some(bulk_id), Some("cancelled")));
     // a new key starts the work again
-    let (status, _, job) = post(&a, &ops, Some("k3"), &bulk).await;
+    let (status, _, job) = post(&a, &admin, Some("k3"), &bulk).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_ne!(job["id"].as_i64(), Some(bulk_id));
     let keys: i64 = sqlx::query_scalar("select count(*) from idempotency_keys").fetch_one(&db.pool).await.unwrap();
@@ -108,9 +110,9 @@ async fn starting_work_is_checked_and_an_idempotency_key_answers_the_same_job() 
         .await
         .unwrap();
     let other = json!({"kind": "user.onboard", "tenant": "foo", "username": "zoe"});
-    let (status, _, job) = post(&a, &ops, Some("k2"), &other).await;
+    let (status, _, job) = post(&a, &admin, Some("k2"), &other).await;
     assert_eq!((status, job["kind"].as_str()), (StatusCode::ACCEPTED, Some("user.onboard")), "{job}");
-    let (status, _, again) = post(&a, &ops, Some("k2"), &other).await;
+    let (status, _, again) = post(&a, &admin, Some("k2"), &other).await;
     assert_eq!((status, again["id"].as_i64()), (StatusCode::OK, job["id"].as_i64()));
     let keys: Vec<String> =
         sqlx::query_scalar("select key from idempotency_keys order by key").fetch_all(&db.pool).await.unwrap();

@@ -175,6 +175,7 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     state.intake = Some(intake);
     state.tenants = Some(setup.tenants.clone());
     let authentik = Some(setup.authentik.clone());
+    state.authentik = authentik.clone();
     state.plans = Some(Arc::new(onramp::dryrun::plan::Planner { cfg: dry_config(), authentik }));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();

@@ -1,5 +1,6 @@
 //! One test binary for the whole crate (one link step), a module per area.
 
+mod authority;
 mod brake;
 mod cli;
 mod common;

@@ -67,14 +67,16 @@ async fn every_response_conforms_to_openapi_yaml() {
     .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://127.0.0.1:{port}");
+    // Authentik answers (the fake, with nobody in it): a user offboarding asks it who is a member
+    let (_fake, ak_url) = crate::intake_support::fake_authentik().await;
     let _server = Command::new(env!("CARGO_BIN_EXE_onramp"))
         .args(["serve", "--role", "api"])
         .env("DATABASE_URL", &db.url)
         .env("ONRAMP_LISTEN", format!("127.0.0.1:{port}"))
         .env("ONRAMP_TENANTS", format!("{ROOT}/tests/it/fixtures/tenants.yaml"))
         // the reconcile flows are registered (their jobs can be started) but never run: no worker
-        .env("ONRAMP_AUTHENTIK_URL", "http://127.0.0.1:9")
-        .env("ONRAMP_AUTHENTIK_TOKEN", "unused")
+        .env("ONRAMP_AUTHENTIK_URL", &ak_url)
+        .env("ONRAMP_AUTHENTIK_TOKEN", crate::intake_support::TOKEN)
         .env("ONRAMP_WEBHOOK_TOKENS", "a-secret-schemathesis-does-not-have")
         .env("ONRAMP_LOG", "error")
         .env_remove("ONRAMP_CONFIG")

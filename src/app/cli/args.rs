@@ -174,6 +174,9 @@ pub enum JobsAction {
 pub struct TokenArgs {
     #[command(flatten)]
     pub db: DbArgs,
+    /// Tenant registry (YAML): a token's --tenant must be one of its tenants.
+    #[arg(long, env = "ONRAMP_TENANTS", value_name = "PATH")]
+    pub tenants: Option<PathBuf>,
     #[command(subcommand)]
     pub action: TokenAction,
 }
