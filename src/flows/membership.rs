@@ -1,6 +1,6 @@
 //! Who belongs to a tenant, as far as a process without Slurm can tell (the API role): a member
 //! now, per the tenant's groups in Authentik, or one before, per the job history (an onboarding
-//! of theirs in the tenant, or an offboarding the reconciler started from their association or
+//! of theirs in the tenant that reached the association, or an offboarding the reconciler started from their association or
 //! whose `block` step found one). The offboarding flow's first step checks the association in
 //! Slurm itself, authoritatively.
 
@@ -10,7 +10,7 @@ use crate::domain::tenants::Tenant;
 use crate::engine::{Engine, EngineError, Job, JobFilter};
 
 use super::user_offboard::{self, USER_OFFBOARD};
-use super::user_onboard::USER_ONBOARD;
+use super::user_onboard::{self, USER_ONBOARD};
 
 /// Whether Authentik has `user` in the tenant's group now (active or not). An unknown user, or
 /// an answer that does not say which groups the user is in, is not a member.
@@ -25,7 +25,11 @@ pub async fn in_tenant_groups(ak: &dyn Authentik, t: &Tenant, user: &Username) -
 /// Whether a job of the user's subject in the tenant shows they were in it.
 pub fn shows_membership(j: &Job) -> bool {
     match j.kind.as_str() {
-        USER_ONBOARD => true,
+        // one that got as far as the association: they were a member then (an API caller's
+        // onboarding of a name that is nobody's stops at resolve_user and proves nothing)
+        USER_ONBOARD => {
+            j.state.as_str() == "succeeded" || j.outputs.get(user_onboard::Step::SlurmAssociation.name()).is_some()
+        }
         // the reconciler offboards from associations it read; an API caller's word is not proof
         USER_OFFBOARD => {
             !j.created_by.starts_with("api:") || j.outputs.get(user_offboard::Step::Block.name()).is_some()

@@ -67,7 +67,10 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
         }
         (None, None, _) => None,
     };
-    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(Problem::bad_request(format!("limit must be 1 to 500, not {limit}")));
+    }
     // a scoped token: its own tenant's jobs, when that is a registry tenant, never the reconciler's
     let hide_kinds_starting = p.tenant.as_ref().map(|_| UNSCOPED_KINDS.to_string());
     if let Some(own) = &p.tenant

@@ -82,6 +82,9 @@ async fn create(
     let expires_at = match b.expires_in.as_deref() {
         Some(d) => {
             let d = parse_duration(d).map_err(Problem::bad_request)?;
+            if d < std::time::Duration::from_secs(60) {
+                return Err(Problem::bad_request(format!("expires_in {d:?} is too short: at least 1m")));
+            }
             let at =
                 time::OffsetDateTime::now_utc().checked_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX));
             Some(at.ok_or_else(|| Problem::bad_request(format!("expires_in {:?} is too far away", b.expires_in)))?)
