@@ -128,6 +128,7 @@ impl Drop for App {
 pub struct AppOptions {
     pub auth: WebhookAuth,
     pub max_body: usize,
+    pub max_diff_users: usize,
 }
 
 impl Default for AppOptions {
@@ -139,6 +140,7 @@ impl Default for AppOptions {
                 tolerance: Duration::from_secs(300),
             },
             max_body: 1 << 20,
+            max_diff_users: 200,
         }
     }
 }
@@ -155,6 +157,7 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,
+        max_diff_users: opts.max_diff_users,
         writers: std::env::var("WRITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(2),
         batch: 512,
         reconcile_interval: Duration::ZERO,

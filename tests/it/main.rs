@@ -16,6 +16,7 @@ mod http_layers;
 mod http_matrix;
 mod http_work;
 mod intake_cli;
+mod intake_hostile;
 mod intake_reconcile;
 mod intake_support;
 mod intake_webhook;
