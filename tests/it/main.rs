@@ -11,6 +11,7 @@ mod flows_plan;
 mod flows_support;
 mod flows_tenant;
 mod flows_user;
+mod fuzz;
 mod http_api;
 mod http_layers;
 mod http_matrix;
