@@ -108,6 +108,7 @@ async fn dry_cluster(log: &EffectLog) -> anyhow::Result<Parts> {
         },
         settle: std::time::Duration::from_secs(1),
         max_body: 1 << 20,
+        max_diff_users: 200,
         writers: 1,
         batch: 64,
         reconcile_interval: std::time::Duration::from_secs(3600),

@@ -23,6 +23,8 @@ pub struct IntakeSetup {
     pub auth: WebhookAuth,
     pub settle: Duration,
     pub max_body: usize,
+    /// See `Intake::max_diff_users`.
+    pub max_diff_users: usize,
     pub writers: usize,
     pub batch: usize,
     pub reconcile_interval: Duration,
@@ -93,6 +95,7 @@ impl IntakeSetup {
             auth,
             settle: a.webhook_settle,
             max_body: a.webhook_max_body,
+            max_diff_users: usize::from(a.webhook_max_diff_users),
             writers: usize::from(a.webhook_writers),
             batch: usize::from(a.webhook_batch),
             reconcile_interval: a.reconcile_interval,
@@ -117,6 +120,7 @@ impl IntakeSetup {
             tenants: self.tenants.clone(),
             settle: self.settle,
             max_body: self.max_body,
+            max_diff_users: self.max_diff_users,
             stats: IntakeStats::default(),
         })
     }

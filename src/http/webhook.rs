@@ -1,6 +1,7 @@
 //! `POST /webhooks/authentik`: size and content type first, then authentication over the raw
 //! bytes, then parsing; the delivery is stored and its reconcile jobs enqueued in one shared
-//! transaction (see `intake::writer`) before the 202.
+//! transaction (see `intake::writer`) before the 202. A delivery PostgreSQL refuses is a 422
+//! (Authentik should not send it again), never a 503.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -16,7 +17,7 @@ use tracing::Instrument;
 
 use super::{AppState, Problem, Route, route};
 use crate::flows::reconcile::jobs_for_subjects;
-use crate::intake::{AuthHeaders, Delivery, event};
+use crate::intake::{AuthHeaders, Delivery, WriteError, event};
 
 pub fn routes() -> Vec<Route> {
     // the intake's own limit (ONRAMP_WEBHOOK_MAX_BODY), answered with its own problem
@@ -95,7 +96,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
             .into_response();
         }
     };
-    let body: Value = match serde_json::from_slice(&raw) {
+    let mut body: Value = match serde_json::from_slice(&raw) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => {
             return reject(Problem::new(
@@ -114,7 +115,9 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
             ));
         }
     };
-    let parsed = event::parse(&body);
+    // jsonb cannot hold U+0000: stored as U+FFFD, with the bytes as received kept beside
+    let raw_body = event::scrub_nul(&mut body).then(|| raw.to_vec());
+    let parsed = event::parse(&body, intake.max_diff_users);
     let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
     // the delivery's span: the reconcile jobs carry it, so their steps join this request's trace
@@ -129,6 +132,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         action: parsed.action.clone(),
         model: parsed.model.clone(),
         body,
+        raw_body,
         targets,
         jobs,
     };
@@ -142,6 +146,12 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
             (StatusCode::ACCEPTED, Json(json!({ "delivery": stored.id, "duplicate": false, "jobs": stored.jobs })))
                 .into_response()
         }
+        Err(WriteError::Refused(why)) => reject(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unstorable-delivery",
+            "Unstorable delivery",
+            format!("{why}; sending it again will not help"),
+        )),
         Err(e) => {
             intake.stats.store_failures.fetch_add(1, Relaxed);
             tracing::error!(error = %e, "webhook delivery not stored");

@@ -22,8 +22,10 @@ pub struct Parsed {
 /// The actions after which a user's or group's state may differ.
 const CHANGES: [&str; 4] = ["model_created", "model_updated", "model_deleted", "user_write"];
 
-/// Reads a JSON object (the caller has already refused anything else).
-pub fn parse(body: &Value) -> Parsed {
+/// Reads a JSON object (the caller has already refused anything else). A group's diff listing
+/// more than `max_users` users points at the whole group instead of at each user (one job, not
+/// one per user; the group's tenants are reconciled, with their brake).
+pub fn parse(body: &Value, max_users: usize) -> Parsed {
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     if let Some(action) = body.get("action").and_then(Value::as_str) {
         let context = body.get("context");
@@ -31,7 +33,7 @@ pub fn parse(body: &Value) -> Parsed {
         let diff = body.get("diff").filter(|d| d.is_object()).or_else(|| context.and_then(|c| c.get("diff")));
         let app = model.and_then(|m| m.get("app")).and_then(Value::as_str);
         let model_name = model.and_then(|m| m.get("model_name")).and_then(Value::as_str);
-        let subjects = structured_subjects(action, app, model_name, model, diff, body.get("actor"));
+        let subjects = structured_subjects(action, app, model_name, model, diff, body.get("actor"), max_users);
         return Parsed {
             shape: "structured",
             event_uuid: s(body.get("event_uuid")).filter(|u| !u.is_empty() && u.len() <= 64),
@@ -68,6 +70,7 @@ fn structured_subjects(
     model: Option<&Value>,
     diff: Option<&Value>,
     actor: Option<&Value>,
+    max_users: usize,
 ) -> Vec<Subject> {
     if !CHANGES.contains(&action) {
         return vec![];
@@ -89,16 +92,21 @@ fn structured_subjects(
         Some("group") => {
             // Enterprise builds send diff.users {add: [pk…], remove: [pk…]}; without it the
             // whole group is looked at again.
+            // Past `max_users` distinct users, the whole group (memory and locks stay bounded).
             let users = diff.and_then(|d| d.get("users"));
-            let mut pks: Vec<i64> = ["add", "remove"]
+            let mut pks = std::collections::BTreeSet::new();
+            for pk in ["add", "remove"]
                 .iter()
                 .filter_map(|k| users.and_then(|u| u.get(*k)).and_then(Value::as_array))
                 .flatten()
                 .filter_map(pk_of)
-                .collect();
-            if !pks.is_empty() {
-                pks.sort_unstable();
-                pks.dedup();
+            {
+                pks.insert(pk);
+                if pks.len() > max_users {
+                    break;
+                }
+            }
+            if !pks.is_empty() && pks.len() <= max_users {
                 return pks.into_iter().map(|pk| Subject::User { pk }).collect();
             }
             match model.and_then(|m| m.get("name")).and_then(Value::as_str) {
@@ -107,6 +115,28 @@ fn structured_subjects(
             }
         }
         _ => vec![],
+    }
+}
+
+/// Replaces every U+0000 in the body's strings and keys with U+FFFD: neither jsonb nor text
+/// columns can hold it. True when anything changed (the caller then keeps the raw bytes too).
+pub fn scrub_nul(v: &mut Value) -> bool {
+    const NUL: char = '\0';
+    match v {
+        Value::String(s) if s.contains(NUL) => {
+            *s = s.replace(NUL, "\u{FFFD}");
+            true
+        }
+        Value::Array(items) => items.iter_mut().fold(false, |changed, x| scrub_nul(x) | changed),
+        Value::Object(map) if map.keys().any(|k| k.contains(NUL)) => {
+            for (k, mut x) in std::mem::take(map) {
+                scrub_nul(&mut x);
+                map.insert(k.replace(NUL, "\u{FFFD}"), x);
+            }
+            true
+        }
+        Value::Object(map) => map.values_mut().fold(false, |changed, x| scrub_nul(x) | changed),
+        _ => false,
     }
 }
 
@@ -150,7 +180,7 @@ mod tests {
             json!({"app": "authentik_core", "model_name": "user", "pk": 42, "name": "Alice A"}),
             None,
         );
-        let p = parse(&b);
+        let p = parse(&b, 200);
         assert_eq!(p.shape, "structured");
         assert_eq!(p.subjects, vec![Subject::User { pk: 42 }]);
         assert_eq!(p.model.as_deref(), Some("authentik_core.user"));
@@ -162,21 +192,21 @@ mod tests {
         let g = json!({"app": "authentik_core", "model_name": "group", "pk": "9a4f0c2e1b7d4e3f8a6b5c4d3e2f1a0b", "name": "tenant-foo-users"});
         let with = structured("model_updated", g.clone(), Some(json!({"users": {"add": [7, 9], "remove": [3]}})));
         assert_eq!(
-            parse(&with).subjects,
+            parse(&with, 200).subjects,
             vec![Subject::User { pk: 3 }, Subject::User { pk: 7 }, Subject::User { pk: 9 }]
         );
         let without = structured("model_updated", g, None);
-        assert_eq!(parse(&without).subjects, vec![Subject::Group { name: "tenant-foo-users".into() }]);
+        assert_eq!(parse(&without, 200).subjects, vec![Subject::Group { name: "tenant-foo-users".into() }]);
     }
 
     #[test]
     fn unknown_actions_and_models_point_nowhere() {
         let b = structured("login", json!({"app": "authentik_core", "model_name": "user", "pk": 1, "name": "x"}), None);
-        assert!(parse(&b).subjects.is_empty());
+        assert!(parse(&b, 200).subjects.is_empty());
         let b =
             structured("model_updated", json!({"app": "authentik_core", "model_name": "application", "pk": "x"}), None);
-        assert!(parse(&b).subjects.is_empty());
-        assert_eq!(parse(&json!({"hello": 1})).shape, "unknown");
+        assert!(parse(&b, 200).subjects.is_empty());
+        assert_eq!(parse(&json!({"hello": 1}), 200).shape, "unknown");
     }
 
     #[test]
@@ -184,21 +214,42 @@ mod tests {
         let b = json!({"body": "model_updated: {'model': {'app': 'authentik_core', 'model_name': 'user', 'pk': 42, 'name': 'Alice'}}",
                        "severity": "notice", "user_email": "ops@example.org", "user_username": "ops",
                        "event_user_email": "admin@example.org", "event_user_username": "akadmin"});
-        let p = parse(&b);
+        let p = parse(&b, 200);
         assert_eq!((p.shape, p.action.as_deref()), ("default", Some("model_updated")));
         assert_eq!(p.subjects, vec![Subject::Everything]);
         let login = json!({"body": "login_failed: {'username': 'x'}", "severity": "warning"});
-        assert!(parse(&login).subjects.is_empty());
+        assert!(parse(&login, 200).subjects.is_empty());
     }
 
     #[test]
     fn delivery_keys_prefer_the_event_then_the_id_then_the_body() {
-        let p =
-            parse(&structured("model_updated", json!({"app": "authentik_core", "model_name": "user", "pk": 1}), None));
+        let p = parse(
+            &structured("model_updated", json!({"app": "authentik_core", "model_name": "user", "pk": 1}), None),
+            200,
+        );
         assert_eq!(delivery_key(&p, Some("msg_1"), b"{}", 0), "event:6f1c0d5e9a8b4c3d8e7f6a5b4c3d2e1f");
-        let d = parse(&json!({"body": "x", "severity": "notice"}));
+        let d = parse(&json!({"body": "x", "severity": "notice"}), 200);
         assert_eq!(delivery_key(&d, Some("msg_1"), b"{}", 0), "webhook-id:msg_1");
         let k = delivery_key(&d, None, b"{}", 7200);
         assert!(k.starts_with("body:44136fa3") && k.ends_with(":2"), "{k}");
+    }
+
+    #[test]
+    fn a_group_diff_past_the_limit_points_at_the_group_or_everything() {
+        let g = json!({"app": "authentik_core", "model_name": "group", "pk": "9a4f", "name": "tenant-foo-users"});
+        let diff = json!({"users": {"add": [1, 2, 3], "remove": ["4", 4]}});
+        let at = structured("model_updated", g.clone(), Some(diff.clone()));
+        assert_eq!(parse(&at, 4).subjects.len(), 4);
+        assert_eq!(parse(&at, 3).subjects, vec![Subject::Group { name: "tenant-foo-users".into() }]);
+        let nameless = json!({"app": "authentik_core", "model_name": "group", "pk": "9a4f"});
+        assert_eq!(parse(&structured("model_updated", nameless, Some(diff)), 3).subjects, vec![Subject::Everything]);
+    }
+
+    #[test]
+    fn scrubbing_replaces_nul_in_strings_and_keys_only_where_present() {
+        let mut v = json!({"a\0": ["x\0y", 1, {"k": "\0"}], "b": "fine"});
+        assert!(scrub_nul(&mut v));
+        assert_eq!(v, json!({"a\u{FFFD}": ["x\u{FFFD}y", 1, {"k": "\u{FFFD}"}], "b": "fine"}));
+        assert!(!scrub_nul(&mut v));
     }
 }

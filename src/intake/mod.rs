@@ -5,6 +5,7 @@
 pub mod event;
 pub mod retention;
 pub mod signature;
+mod store;
 pub mod writer;
 
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct Intake {
     /// Reconcile jobs from a delivery are due this long after it.
     pub settle: Duration,
     pub max_body: usize,
+    /// A group's diff listing more users than this reconciles the group's tenants instead.
+    pub max_diff_users: usize,
     pub stats: IntakeStats,
 }
 

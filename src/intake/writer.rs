@@ -1,16 +1,27 @@
 //! The batching writer: concurrent deliveries share transactions (and so commits). Handlers hand
 //! a verified, parsed delivery over a channel and wait for the reply; a writer task takes
 //! everything queued, stores it with one multi-row insert, enqueues the reconcile jobs in the
-//! same transaction, commits once and answers each handler.
+//! same transaction (`store`), commits once and answers each handler.
+//!
+//! One delivery never fails the others: when PostgreSQL refuses a shared transaction, its
+//! deliveries are written again in halves until the failing one is alone, and its answer says
+//! whether sending it again can help ([`WriteError::Unavailable`]) or not
+//! ([`WriteError::Refused`]). A transaction takes at most [`JOBS_PER_TRANSACTION`] jobs (one
+//! subject lock each; a delivery with more goes alone, and the intake bounds a delivery's jobs).
 
-use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::engine::{Engine, NewJob};
+use super::store;
+use crate::engine::{Engine, EngineError, NewJob};
+
+/// Most jobs enqueued in one of the writer's transactions: each takes an advisory lock on its
+/// subject until commit, and PostgreSQL's lock table is shared by every session.
+pub const JOBS_PER_TRANSACTION: usize = 1024;
 
 /// A delivery ready to store.
 #[derive(Debug)]
@@ -21,7 +32,10 @@ pub struct Delivery {
     pub shape: &'static str,
     pub action: Option<String>,
     pub model: Option<String>,
+    /// The body as stored (see `event::scrub_nul`).
     pub body: Value,
+    /// The bytes as received, when `body` differs from them.
+    pub raw_body: Option<Vec<u8>>,
     pub targets: Value,
     /// Reconcile jobs to enqueue with it (only if it is not a duplicate).
     pub jobs: Vec<NewJob>,
@@ -38,16 +52,19 @@ pub struct Stored {
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum WriteError {
+    /// The database failed for a while (unreachable, a conflict): the same delivery may be
+    /// stored when sent again.
     #[error("the delivery could not be stored: {0}")]
-    Db(String),
+    Unavailable(String),
+    /// PostgreSQL refuses this delivery's data: sending it again will not help.
+    #[error("PostgreSQL refuses to store this delivery: {0}")]
+    Refused(String),
     #[error("the writer is shutting down")]
     Closed,
 }
 
-type Request = (Delivery, oneshot::Sender<Result<Stored, WriteError>>);
-
-/// key, id if inserted now, id if stored before
-type DeliveryRow = (String, Option<Uuid>, Option<Uuid>);
+type Reply = oneshot::Sender<Result<Stored, WriteError>>;
+type Request = (Delivery, Reply);
 
 /// The handlers' side: cheap to clone.
 #[derive(Clone)]
@@ -79,6 +96,11 @@ impl DeliveryWriter {
         Self { tx }
     }
 
+    /// Deliveries waiting for a writer task.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
     pub async fn store(&self, d: Delivery) -> Result<Stored, WriteError> {
         let (reply, rx) = oneshot::channel();
         self.tx.send((d, reply)).await.map_err(|_| WriteError::Closed)?;
@@ -87,107 +109,107 @@ impl DeliveryWriter {
 }
 
 async fn write_batch(engine: &Engine, batch: Vec<Request>) {
-    let (deliveries, replies): (Vec<Delivery>, Vec<_>) = batch.into_iter().unzip();
     let started = std::time::Instant::now();
-    let result = write(engine, &deliveries).await;
-    tracing::debug!(n = deliveries.len(), ms = started.elapsed().as_secs_f64() * 1e3, "webhook deliveries written");
-    if let Err(e) = &result {
-        tracing::error!(error = %e, n = deliveries.len(), "storing webhook deliveries failed");
+    let (deliveries, replies): (Vec<Delivery>, Vec<Reply>) = batch.into_iter().unzip();
+    let mut replies: Vec<Option<Reply>> = replies.into_iter().map(Some).collect();
+    let mut answer = |range: Range<usize>, result: &dyn Fn(usize) -> Result<Stored, WriteError>| {
+        for i in range {
+            if let Some(reply) = replies[i].take() {
+                let _ = reply.send(result(i));
+            }
+        }
+    };
+    // ranges still to write, the next one last
+    let mut todo = transactions(&deliveries);
+    todo.reverse();
+    while let Some(range) = todo.pop() {
+        match store::write(engine, &deliveries[range.clone()]).await {
+            Ok(stored) => answer(range.clone(), &|i| Ok(stored[i - range.start].clone())),
+            Err(e) if range.len() > 1 && !connection_failed(&e) => {
+                tracing::warn!(error = %e, n = range.len(), "a shared write of webhook deliveries failed: writing them in halves");
+                let mid = range.start + range.len() / 2;
+                todo.push(mid..range.end);
+                todo.push(range.start..mid);
+            }
+            Err(e) => {
+                let err = classify(&e);
+                match &err {
+                    WriteError::Refused(_) => tracing::warn!(error = %e, "a webhook delivery refused by PostgreSQL"),
+                    _ => tracing::error!(error = %e, n = range.len(), "storing webhook deliveries failed"),
+                }
+                answer(range, &|_| Err(err.clone()));
+            }
+        }
     }
-    for (i, reply) in replies.into_iter().enumerate() {
-        let r = match &result {
-            Ok(stored) => Ok(stored[i].clone()),
-            Err(e) => Err(WriteError::Db(e.to_string())),
-        };
-        let _ = reply.send(r);
+    tracing::debug!(n = deliveries.len(), ms = started.elapsed().as_secs_f64() * 1e3, "webhook deliveries written");
+}
+
+/// Consecutive ranges of the batch, each with at most [`JOBS_PER_TRANSACTION`] jobs (or one
+/// delivery).
+fn transactions(ds: &[Delivery]) -> Vec<Range<usize>> {
+    let (mut out, mut start, mut jobs) = (vec![], 0, 0);
+    for (i, d) in ds.iter().enumerate() {
+        if i > start && jobs + d.jobs.len() > JOBS_PER_TRANSACTION {
+            out.push(start..i);
+            (start, jobs) = (i, 0);
+        }
+        jobs += d.jobs.len();
+    }
+    if start < ds.len() {
+        out.push(start..ds.len());
+    }
+    out
+}
+
+/// The connection or the pool failed: every delivery would, so none is written alone.
+fn connection_failed(e: &EngineError) -> bool {
+    use sqlx::Error as E;
+    matches!(
+        e,
+        EngineError::Db(E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed)
+    )
+}
+
+/// PostgreSQL's data exceptions (SQLSTATE class 22, e.g. 22P05 `\u0000` in jsonb) and exceeded
+/// limits (class 54, e.g. an index row too large) come back for the same data every time:
+/// refused. Everything else may pass later.
+fn classify(e: &EngineError) -> WriteError {
+    match e {
+        EngineError::Db(sqlx::Error::Database(d)) => match d.code() {
+            Some(code) if code.starts_with("22") || code.starts_with("54") => {
+                WriteError::Refused(format!("{} (SQLSTATE {code})", d.message()))
+            }
+            _ => WriteError::Unavailable(e.to_string()),
+        },
+        EngineError::Db(sqlx::Error::Encode(why)) => WriteError::Refused(why.to_string()),
+        _ => WriteError::Unavailable(e.to_string()),
     }
 }
 
-/// One transaction for the whole batch. Returns one result per delivery, in order.
-async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, crate::engine::EngineError> {
-    // Duplicates inside the batch: the first one with a key stands for the others.
-    let mut first: HashMap<&str, usize> = HashMap::new();
-    let unique: Vec<usize> = (0..ds.len()).filter(|&i| *first.entry(ds[i].key.as_str()).or_insert(i) == i).collect();
-    let pick = |f: fn(&Delivery) -> Option<&str>| unique.iter().map(|&i| f(&ds[i])).collect::<Vec<_>>();
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Actor;
 
-    // Reconcile jobs collapse into a pending job with the same key; one that already started may
-    // have read Authentik before this change, so a new job is queued behind it instead.
-    let mut keys: Vec<&str> =
-        unique.iter().flat_map(|&i| ds[i].jobs.iter().filter_map(|j| j.dedupe_key.as_deref())).collect();
-    keys.sort_unstable();
-    keys.dedup();
-
-    let mut tx = engine.pool().begin().await?;
-    let rows: Vec<DeliveryRow> = sqlx::query_as(
-        "with v as (
-           select * from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[])
-             as v(id, key, remote_addr, shape, action, model, body, targets)),
-         ins as (
-           insert into webhook_deliveries (id, delivery_key, remote_addr, shape, action, model, body, targets)
-           select id, key, remote_addr, shape, action, model, body, targets from v
-           on conflict (delivery_key) do nothing
-           returning id, delivery_key)
-         select v.key, ins.id, d.id
-         from v left join ins on ins.delivery_key = v.key
-                left join webhook_deliveries d on d.delivery_key = v.key",
-    )
-    .bind(unique.iter().map(|&i| ds[i].id).collect::<Vec<_>>())
-    .bind(pick(|d| Some(d.key.as_str())))
-    .bind(pick(|d| d.remote_addr.as_deref()))
-    .bind(pick(|d| Some(d.shape)))
-    .bind(pick(|d| d.action.as_deref()))
-    .bind(pick(|d| d.model.as_deref()))
-    .bind(unique.iter().map(|&i| &ds[i].body).collect::<Vec<_>>())
-    .bind(unique.iter().map(|&i| &ds[i].targets).collect::<Vec<_>>())
-    .fetch_all(&mut *tx)
-    .await?;
-    let by_key: HashMap<String, (Option<Uuid>, Option<Uuid>)> =
-        rows.into_iter().map(|(key, inserted, existing)| (key, (inserted, existing))).collect();
-    let holders = engine.started_holders_in(&mut tx, &keys).await?;
-
-    let mut out: Vec<Option<Stored>> = vec![None; ds.len()];
-    let mut jobs: Vec<NewJob> = Vec::new();
-    let mut owners: Vec<usize> = Vec::new();
-    for &i in &unique {
-        let (inserted, existing) = by_key.get(ds[i].key.as_str()).copied().unwrap_or((None, None));
-        match (inserted, existing) {
-            (Some(id), _) => {
-                for j in &ds[i].jobs {
-                    let mut j = j.clone();
-                    if let Some(held) = j.dedupe_key.as_deref().and_then(|k| holders.get(k)) {
-                        j.dedupe_key = Some(format!("{}:after:{held}", j.dedupe_key.as_deref().unwrap_or_default()));
-                    }
-                    jobs.push(j);
-                    owners.push(i);
-                }
-                out[i] = Some(Stored { id, duplicate: false, jobs: vec![] });
-            }
-            (None, Some(id)) => out[i] = Some(Stored { id, duplicate: true, jobs: vec![] }),
-            // inserted by a concurrent transaction that committed after this statement began
-            (None, None) => {
-                let id: Uuid = sqlx::query_scalar("select id from webhook_deliveries where delivery_key = $1")
-                    .bind(&ds[i].key)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                out[i] = Some(Stored { id, duplicate: true, jobs: vec![] });
-            }
+    fn delivery(jobs: usize) -> Delivery {
+        Delivery {
+            id: Uuid::nil(),
+            key: String::new(),
+            remote_addr: None,
+            shape: "unknown",
+            action: None,
+            model: None,
+            body: Value::Null,
+            raw_body: None,
+            targets: Value::Null,
+            jobs: (0..jobs).map(|_| NewJob::new("k", "s", Value::Null, Actor::reconciler())).collect(),
         }
     }
-    let enqueued = engine.enqueue_in(&mut tx, &jobs).await?;
-    tx.commit().await?;
-    for (e, &i) in enqueued.iter().zip(&owners) {
-        if let Some(s) = out[i].as_mut() {
-            s.jobs.push(e.id);
-        }
+
+    #[test]
+    fn transactions_hold_a_bounded_number_of_jobs_and_a_big_delivery_goes_alone() {
+        let ds: Vec<Delivery> = [1, 1000, 30, 2000, 0, 5].into_iter().map(delivery).collect();
+        assert_eq!(transactions(&ds), vec![0..2, 2..3, 3..4, 4..6]);
+        assert!(transactions(&[]).is_empty());
     }
-    for i in 0..ds.len() {
-        if out[i].is_none() {
-            let f = first[ds[i].key.as_str()];
-            let mut s = out[f].clone().expect("the first of a key is stored");
-            s.duplicate = true;
-            s.jobs.clear();
-            out[i] = Some(s);
-        }
-    }
-    Ok(out.into_iter().map(|s| s.expect("every delivery has a result")).collect())
 }

@@ -207,6 +207,7 @@ impl Harness {
             },
             settle: Duration::ZERO,
             max_body: 1 << 20,
+            max_diff_users: 200,
             writers: 1,
             batch: 16,
             reconcile_interval: Duration::ZERO,

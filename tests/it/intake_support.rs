@@ -129,6 +129,7 @@ pub struct AppOptions {
     pub auth: WebhookAuth,
     pub max_body: usize,
     pub brake: Brake,
+    pub max_diff_users: usize,
 }
 
 impl Default for AppOptions {
@@ -141,6 +142,7 @@ impl Default for AppOptions {
             },
             max_body: 1 << 20,
             brake: Brake::default(),
+            max_diff_users: 200,
         }
     }
 }
@@ -157,6 +159,7 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         auth: opts.auth,
         settle: Duration::ZERO,
         max_body: opts.max_body,
+        max_diff_users: opts.max_diff_users,
         writers: std::env::var("WRITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(2),
         batch: 512,
         reconcile_interval: Duration::ZERO,

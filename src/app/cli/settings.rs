@@ -132,6 +132,10 @@ pub struct IntakeArgs {
     /// the change is visible; bursts collapse into one job).
     #[arg(long, env = "ONRAMP_WEBHOOK_SETTLE", default_value = "2s", value_parser = parse_duration)]
     pub webhook_settle: Duration,
+    /// A group change listing more users than this reconciles the group's tenants (one job, with
+    /// the safety brake) instead of each user (one job and one lock each).
+    #[arg(long, env = "ONRAMP_WEBHOOK_MAX_DIFF_USERS", default_value_t = 200, value_parser = clap::value_parser!(u16).range(1..))]
+    pub webhook_max_diff_users: u16,
     /// Tasks writing webhook deliveries; each writes everything queued in one transaction.
     #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
     pub webhook_writers: u16,

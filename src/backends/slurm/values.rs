@@ -110,7 +110,8 @@ impl Tres {
                 "P" => 1 << 30,
                 _ => return Err(bad("unknown unit")),
             };
-            map.insert(name.to_string(), n * scale);
+            let n = n.checked_mul(scale).ok_or_else(|| bad("the count is too large"))?;
+            map.insert(name.to_string(), n);
         }
         Ok(Self(map))
     }
@@ -225,6 +226,8 @@ mod tests {
         assert!(Tres::parse("cpu").is_err());
         assert!(Tres::parse("cpu=x").is_err());
         assert!(Tres::parse("CPU=1").is_err());
+        // found by tests/it/fuzz.rs: a count past u64 after its unit was a panic
+        assert!(Tres::parse("mem=18446744073709551615G").is_err());
         assert_eq!(t.to_string(), "cpu=8,gres/gpu=4,mem=2048");
     }
 
