@@ -24,6 +24,18 @@ pub fn routes() -> Vec<Route> {
     vec![route(Method::POST, "/webhooks/authentik", authentik).own_body_limit()]
 }
 
+/// Whether reading the body stopped at the limit (not at a body cut short or stalled).
+fn over_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
@@ -68,7 +80,15 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
     }
     let raw = match to_bytes(body, intake.max_body).await {
         Ok(b) => b,
-        Err(_) => return reject(too_large()),
+        Err(e) if over_limit(&e) => return reject(too_large()),
+        Err(e) => {
+            return reject(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "incomplete-body",
+                "Incomplete body",
+                format!("the body could not be read to its end: {}", e.into_inner()),
+            ));
+        }
     };
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let auth = AuthHeaders {
