@@ -171,7 +171,7 @@ async fn recovery(admin: &str) {
     let id = engine.enqueue(&[job]).await.unwrap()[0].id;
     loop {
         let j = engine.job(id).await.unwrap();
-        if j.state == "running" && j.step == "work" {
+        if j.state.as_str() == "running" && j.step == "work" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
