@@ -12,31 +12,13 @@ use serde_json::{Value, json};
 use crate::common::{TestDb, eventually};
 use crate::intake_support::*;
 
-/// POSTs every raw body signed at once; the statuses in order.
+/// POSTs every raw body signed at once (all in flight together); the statuses in order.
 async fn post_all(app: &App, bodies: Vec<Vec<u8>>) -> Vec<u16> {
-    let mut set = tokio::task::JoinSet::new();
-    for (i, raw) in bodies.into_iter().enumerate() {
-        let (http, url) = (app.http.clone(), app.url.clone());
-        set.spawn(async move {
-            let key: onramp::intake::SigningSecret = WHSEC.parse().unwrap();
-            let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
-            let ts = now();
-            let r = http
-                .post(&url)
-                .header("content-type", "application/json")
-                .header("webhook-id", &id)
-                .header("webhook-timestamp", ts.to_string())
-                .header("webhook-signature", key.sign(&id, ts, &raw))
-                .body(raw)
-                .send()
-                .await
-                .unwrap();
-            (i, r.status().as_u16())
-        });
-    }
-    let mut out = set.join_all().await;
-    out.sort_unstable();
-    out.into_iter().map(|(_, s)| s).collect()
+    let sends = bodies.iter().map(|raw| async move {
+        let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        app.post_raw(raw, &id, now(), WHSEC).await.status().as_u16()
+    });
+    futures_util::future::join_all(sends).await
 }
 
 async fn count(app: &App, sql: &str) -> i64 {
