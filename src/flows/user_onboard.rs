@@ -213,9 +213,7 @@ async fn preflight(b: &Backends, n: &Names) -> StepResult {
 /// Runbook step 1: the user in Authentik is active, in the tenant's group, with uid/gid and a key.
 async fn resolve(b: &Backends, n: &Names, input: &Input, ctx: &StepCtx) -> StepResult {
     let tenant = b.tenant(n.tenant.as_str())?;
-    if b.tenants.identities.is_reserved(n.user.as_str()) {
-        return Ok(Transition::Fail(format!("{} is a reserved system name: onramp never onboards it", n.user)));
-    }
+    b.tenants.identities.check_name(n.user.as_str()).map_err(Transition::Fail)?;
     let user = match input.pk {
         Some(pk) => b.authentik.user(pk).await.step("read the user from Authentik")?,
         None => b.authentik.user_by_username(n.user.as_str()).await.step("read the user from Authentik")?,

@@ -57,8 +57,8 @@ async fn show(
         )
     })?;
     let user = q.user.as_deref().map(Username::parse).transpose().map_err(|e| invalid("user", e))?;
-    if let Some(u) = user.as_ref().filter(|u| registry.identities.is_reserved(u.as_str())) {
-        return Err(invalid("user", format!("{u} is a reserved system name: onramp never onboards or offboards it")));
+    if let Some(u) = &user {
+        registry.identities.check_name(u.as_str()).map_err(|e| invalid("user", e))?;
     }
     // a scoped token plans for its tenant's users only: anyone else is not found, and nothing of
     // theirs (groups, e-mail) is read into the plan

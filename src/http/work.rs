@@ -99,12 +99,7 @@ fn user_names(
         )));
     }
     let username = Username::parse(username).map_err(invalid)?;
-    if reg.identities.is_reserved(username.as_str()) {
-        return Err(invalid(format!(
-            "{username} is a reserved system name (identities.reserved_names and the built-in list): onramp never \
-             onboards or offboards it"
-        )));
-    }
+    reg.identities.check_name(username.as_str()).map_err(invalid)?;
     Ok((t.name.clone(), account, username))
 }
 

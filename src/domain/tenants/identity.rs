@@ -182,14 +182,20 @@ impl IdentityPolicy {
         BUILT_IN_RESERVED.iter().copied().any(hit) || self.reserved_names.iter().any(|p| hit(p))
     }
 
-    /// Why onramp must not make `username` with these numbers a cluster user, if it must not.
-    pub fn check(&self, username: &str, uid: u32, gid: u32) -> Result<(), String> {
+    /// Why onramp must not act on `username` at all, if it must not: a reserved name.
+    pub fn check_name(&self, username: &str) -> Result<(), String> {
         if self.is_reserved(username) {
             return Err(format!(
                 "{username} is a reserved system name (identities.reserved_names and the built-in list): \
                  onramp never onboards or offboards it"
             ));
         }
+        Ok(())
+    }
+
+    /// Why onramp must not make `username` with these numbers a cluster user, if it must not.
+    pub fn check(&self, username: &str, uid: u32, gid: u32) -> Result<(), String> {
+        self.check_name(username)?;
         for (what, n, min, max) in [("uid", uid, self.uid_min, self.uid_max), ("gid", gid, self.gid_min, self.gid_max)]
         {
             if n == NOBODY {

@@ -227,11 +227,8 @@ pub fn plan_user(
     actual: &[(SlurmAccount, Username)],
 ) -> (Vec<Action>, String) {
     let mine: BTreeSet<SlurmAccount> = actual.iter().filter(|(_, u)| u == username).map(|(a, _)| a.clone()).collect();
-    if reg.identities.is_reserved(username.as_str()) {
-        return (
-            vec![],
-            format!("nothing done: {username} is a reserved name, which onramp never onboards or offboards"),
-        );
+    if let Err(why) = reg.identities.check_name(username.as_str()) {
+        return (vec![], format!("nothing done: {why}"));
     }
     if let Some(Err(why)) = user.filter(|u| u.is_active).map(|u| member(reg, u))
         && !reg.placements(&user.map(User::group_names).unwrap_or_default()).is_empty()
