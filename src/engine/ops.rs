@@ -169,7 +169,7 @@ pub async fn job(pool: &PgPool, id: i64) -> Result<Job, EngineError> {
 pub struct JobFilter {
     pub state: Option<JobState>,
     pub kind: Option<String>,
-    /// Exact subject, or a prefix ending in `/` (e.g. `tenant-foo/`).
+    /// Exact subject, or a prefix ending in `/` (e.g. `foo/`).
     pub subject: Option<String>,
     /// Only jobs of this tenant (the first segment of the subject).
     pub tenant: Option<String>,

@@ -127,7 +127,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| Params(v))
-            .map_err(|e| Problem::bad_request(e.body_text()))
+            .map_err(|e| super::params::query_problem(&e.body_text()))
     }
 }
 
@@ -135,9 +135,11 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathPar
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Path(v)| PathParam(v))
-            .map_err(|e| Problem::bad_request(e.body_text()))
+        Path::<T>::from_request_parts(parts, state).await.map(|Path(v)| PathParam(v)).map_err(|e| {
+            Problem::bad_request(format!(
+                "the path cannot be read: {}",
+                e.body_text().trim_start_matches("Invalid URL: ")
+            ))
+        })
     }
 }

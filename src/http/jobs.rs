@@ -9,11 +9,10 @@ use axum::extract::State;
 use axum::http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use super::auth::Auth;
 use super::extract::{OptBody, Params, PathParam};
-use super::{AppState, Problem, Route, route};
+use super::{AppState, Problem, Route, params, route};
 use crate::engine::{Job, JobFilter, JobState};
 use crate::http::access::{Principal, Role, UNSCOPED_KINDS};
 
@@ -34,23 +33,33 @@ async fn whoami(auth: Auth) -> Json<Value> {
     Json(json!({ "token": p.token_name, "role": p.role, "tenant": p.tenant }))
 }
 
+/// As sent: each parameter is read below, with a message naming it when it does not fit.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListQuery {
     state: Option<String>,
     kind: Option<String>,
     subject: Option<String>,
     tenant: Option<String>,
     user: Option<String>,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    created_since: Option<OffsetDateTime>,
+    created_since: Option<String>,
     /// Keyset cursor: the `next` of the previous page.
-    before: Option<i64>,
-    limit: Option<u32>,
+    before: Option<String>,
+    limit: Option<String>,
 }
 
 async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
-    let state = q.state.as_deref().map(str::parse::<JobState>).transpose().map_err(Problem::bad_request)?;
+    let states: Vec<&str> = JobState::ALL.iter().map(|st| st.as_str()).collect();
+    let state = match q.state.as_deref() {
+        Some(raw) => Some(params::one_of("state", raw, &states)?.parse::<JobState>().map_err(Problem::bad_request)?),
+        None => None,
+    };
+    if let Some(kind) = q.kind.as_deref() {
+        params::one_of("kind", kind, &s.engine.registry().kinds())?;
+    }
+    let created_since = q.created_since.as_deref().map(|t| params::time("created_since", t)).transpose()?;
+    let before = q.before.as_deref().map(|b| params::whole("before", b, 1..=i64::MAX)).transpose()?;
     let tenant = match (&p.tenant, q.tenant) {
         (Some(own), Some(asked)) if *own != asked => {
             return Ok(Json(json!({ "jobs": [], "next": null })));
@@ -67,10 +76,7 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
         }
         (None, None, _) => None,
     };
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(Problem::bad_request(format!("limit must be 1 to 500, not {limit}")));
-    }
+    let limit = q.limit.as_deref().map(|l| params::whole("limit", l, 1..=500)).transpose()?.unwrap_or(50) as u32;
     // a scoped token: its own tenant's jobs, when that is a registry tenant, never the reconciler's
     let hide_kinds_starting = p.tenant.as_ref().map(|_| UNSCOPED_KINDS.to_string());
     if let Some(own) = &p.tenant
@@ -83,8 +89,8 @@ async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery
         kind: q.kind,
         subject,
         tenant,
-        created_since: q.created_since,
-        before_id: q.before,
+        created_since,
+        before_id: before,
         limit,
         hide_kinds_starting,
     };
@@ -103,8 +109,9 @@ async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     }
 }
 
-async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Value>, Problem> {
+async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<String>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
+    let id = params::job_id(&id)?;
     let job = visible(&s, p, id).await?;
     let steps = s.engine.step_runs(id).await?;
     let events = s.engine.events(id).await?;
@@ -119,22 +126,29 @@ struct CancelBody {
 async fn cancel(
     auth: Auth,
     State(s): State<AppState>,
-    PathParam(id): PathParam<i64>,
+    PathParam(id): PathParam<String>,
     OptBody(body): OptBody<CancelBody>,
 ) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
+    let id = params::job_id(&id)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.cancel(id, &p.actor(), body.reason.as_deref()).await?))
 }
 
-async fn retry(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Job>, Problem> {
+async fn retry(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<String>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
+    let id = params::job_id(&id)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.retry(id, &p.actor()).await?))
 }
 
-async fn approve(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<Json<Job>, Problem> {
+async fn approve(
+    auth: Auth,
+    State(s): State<AppState>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
+    let id = params::job_id(&id)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.approve(id, &p.actor()).await?))
 }

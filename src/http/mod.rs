@@ -12,6 +12,7 @@ mod idempotency;
 mod jobs;
 mod layers;
 mod metrics;
+mod params;
 mod plans;
 mod problem;
 mod server;
@@ -163,7 +164,17 @@ fn build(routes: Vec<Route>, state: AppState) -> Router {
     for route in routes {
         r = r.route(route.path, layers::per_route(route, &settings));
     }
-    let r = r.fallback(|| async { Problem::not_found("no such route") }).with_state(state);
+    let r = r
+        .fallback(|| async { Problem::not_found("no such route (openapi.yaml lists every route)") })
+        .method_not_allowed_fallback(|method: Method| async move {
+            Problem::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+                format!("this route does not take {method}; the Allow header lists the methods it takes"),
+            )
+        })
+        .with_state(state);
     layers::around(r, &settings)
 }
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::Auth;
 use super::extract::Body;
 use super::{AppState, Problem, Route, idempotency, route};
+use crate::backends::authentik::AuthentikError;
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{Tenant, TenantRegistry};
 use crate::engine::NewJob;
@@ -177,8 +178,10 @@ async fn start(
     let p = auth.require(Role::Operator)?;
     let reg = s.registry()?;
     let job = job(reg, p, &w)?;
-    if let StartWork::UserOffboard { tenant, username, .. } = &w {
-        offboardable(&s, reg, tenant, username).await?;
+    match &w {
+        StartWork::UserOffboard { tenant, username, .. } => offboardable(&s, reg, tenant, username).await?,
+        StartWork::UserOnboard { .. } => onboardable(&s, reg, &job).await?,
+        _ => {}
     }
     if s.engine.registry().steps(&job.kind).is_none() {
         return Err(Problem::unavailable(format!(
@@ -203,6 +206,44 @@ async fn start(
     Ok(res)
 }
 
+/// A user onboarding is refused at once (422), not left to fail at its first step, when Authentik
+/// (the truth the flow re-reads) says it cannot succeed: no such user, deactivated, not in the
+/// tenant's group placing them in the account, or an identity outside the registry's rules.
+async fn onboardable(s: &AppState, reg: &TenantRegistry, job: &NewJob) -> Result<(), Problem> {
+    let Some(ak) = s.authentik.as_deref() else { return Ok(()) };
+    let input: user_onboard::Input = serde_json::from_value(job.input.clone()).map_err(|_| Problem::internal())?;
+    let (Some(t), Ok(account)) = (reg.tenant(&input.tenant), SlurmAccount::parse(&input.account)) else {
+        return Err(Problem::internal()); // checked by `job` before
+    };
+    let user = match ak.user_by_username(&input.username).await {
+        Ok(u) => u,
+        Err(AuthentikError::NotFound(_)) => {
+            return Err(invalid(format!(
+                "Authentik has no user {}: onboarding needs their Authentik account",
+                input.username
+            )));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "user onboarding: the user could not be read from Authentik");
+            return Err(unavailable(format!("cannot read {} from Authentik right now; try again", input.username)));
+        }
+    };
+    if !user.is_active {
+        return Err(invalid(format!("{} is deactivated in Authentik", input.username)));
+    }
+    if user.knows_group_names() && !t.placement(&user.group_names()).contains(&account) {
+        return Err(invalid(format!(
+            "{} is not in Authentik group {} placing them in account {account}: add them to the group first",
+            input.username, t.group
+        )));
+    }
+    reg.check_identity(&input.username, user.pk, &user.attributes).map(|_| ()).map_err(invalid)
+}
+
+fn unavailable(detail: String) -> Problem {
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Unavailable", detail)
+}
+
 /// A user offboarding acts only on a member of the tenant, now or before (Authentik's groups of
 /// the tenant, or the job history): anyone else (`akadmin`, `root`, another tenant's user) is 422
 /// and no job is made. The flow's first step checks the association in Slurm before it changes
@@ -220,16 +261,11 @@ async fn offboardable(s: &AppState, reg: &TenantRegistry, tenant: &str, username
         ))),
         Err(e) => {
             tracing::warn!(error = %e, "user offboarding: membership could not be read");
-            Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "Unavailable",
-                format!(
-                    "cannot check that {user} is a user of tenant {} right now (Authentik or the database did not answer); \
+            Err(unavailable(format!(
+                "cannot check that {user} is a user of tenant {} right now (Authentik or the database did not answer); \
                  try again",
-                    t.name
-                ),
-            ))
+                t.name
+            )))
         }
     }
 }

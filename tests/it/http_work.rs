@@ -39,6 +39,10 @@ async fn get(a: &App, token: &str, path: &str) -> (StatusCode, Value) {
 async fn starting_work_is_checked_and_an_idempotency_key_answers_the_same_job() {
     let db = TestDb::new().await;
     let a = app(&db, AppOptions::default()).await;
+    // onboarding is refused at once for anyone Authentik does not place in the tenant
+    a.add_user(FakeUser::new(7, "alice", &["tenant-foo-users", "tenant-foo-ml"]));
+    a.add_user(FakeUser::new(8, "bob", &["tenant-foo-users"]));
+    a.add_user(FakeUser::new(9, "zoe", &["tenant-foo-users"]));
     let ops = token(&a.engine, "portal", Role::Operator, None).await;
     let onboard = json!({"kind": "user.onboard", "tenant": "foo", "account": "ml-team-foo", "username": "alice"});
 
