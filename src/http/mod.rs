@@ -19,6 +19,7 @@ mod source;
 mod stream;
 mod tenants;
 mod tokens;
+mod users;
 mod webhook;
 mod work;
 
@@ -140,6 +141,7 @@ pub fn routes() -> Vec<Route> {
         jobs::routes(),
         work::routes(),
         tenants::routes(),
+        users::routes(),
         plans::routes(),
         tokens::routes(),
         webhook::routes(),
