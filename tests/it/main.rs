@@ -19,6 +19,7 @@ mod http_api;
 mod http_hostile;
 mod http_layers;
 mod http_matrix;
+mod http_users;
 mod http_work;
 mod identities;
 mod intake_cli;

@@ -179,7 +179,7 @@ impl Known {
                 || (reading.state == UserState::WaitingForApproval && job.is_some_and(|j| j.kind == USER_OFFBOARD));
             json!({
                 "account": o.output["account"],
-                "limits": { "max_jobs": o.output["max_jobs"], "qos": o.output["qos"] },
+                "limits": { "max_jobs": count_limit(&o.output["max_jobs"]), "qos": o.output["qos"] },
                 "default_account": o.output["default_account"],
                 "blocked": blocked,
                 "job": o.job,
@@ -224,6 +224,12 @@ impl Known {
             _ => None,
         }
     }
+}
+
+/// A count limit as the flows record it (`{"at": 20}` or `"unlimited"`): the number, or null
+/// for none.
+fn count_limit(v: &Value) -> Value {
+    v.get("at").cloned().unwrap_or(Value::Null)
 }
 
 /// `tenant/user` → `user`, for a subject of this tenant.
