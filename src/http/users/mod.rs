@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use axum::Json;
 use axum::extract::State;
 use axum::http::Method;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
@@ -19,6 +20,7 @@ use super::auth::Auth;
 use super::extract::PathParam;
 use super::tenants::REPORT_ENTRIES;
 use super::{AppState, Problem, Route, route};
+use crate::backends::slurm::Limit;
 use crate::domain::names::Username;
 use crate::domain::tenants::Tenant;
 use crate::engine::{Job, JobFilter, JobState, StepOutput};
@@ -174,13 +176,16 @@ impl Known {
                 retention_until: None,
             },
         };
-        let association = self.association.get(user).filter(|_| reading.state != UserState::Offboarded).map(|o| {
+        let read = self.association.get(user).filter(|_| reading.state != UserState::Offboarded);
+        let association =
+            read.and_then(|o| Some((o, serde_json::from_value::<AssociationRead>(o.output.clone()).ok()?)));
+        let association = association.map(|(o, a)| {
             let blocked = matches!(reading.state, UserState::Blocked | UserState::InRetention | UserState::Offboarding)
                 || (reading.state == UserState::WaitingForApproval && job.is_some_and(|j| j.kind == USER_OFFBOARD));
             json!({
-                "account": o.output["account"],
-                "limits": { "max_jobs": count_limit(&o.output["max_jobs"]), "qos": o.output["qos"] },
-                "default_account": o.output["default_account"],
+                "account": a.account,
+                "limits": { "max_jobs": count_limit(a.max_jobs), "qos": a.qos },
+                "default_account": a.default_account,
                 "blocked": blocked,
                 "job": o.job,
                 "read_at": rfc3339(o.at),
@@ -226,10 +231,24 @@ impl Known {
     }
 }
 
-/// A count limit as the flows record it (`{"at": 20}` or `"unlimited"`): the number, or null
-/// for none.
-fn count_limit(v: &Value) -> Value {
-    v.get("at").cloned().unwrap_or(Value::Null)
+/// What the onboarding's `slurm_association` step recorded of the association it read back.
+#[derive(Debug, Deserialize)]
+struct AssociationRead {
+    account: String,
+    #[serde(default)]
+    max_jobs: Option<Limit>,
+    #[serde(default)]
+    qos: Vec<String>,
+    #[serde(default)]
+    default_account: Option<String>,
+}
+
+/// A count limit: the number, or null for none.
+fn count_limit(l: Option<Limit>) -> Option<u64> {
+    match l? {
+        Limit::At(n) => Some(n),
+        Limit::Unlimited => None,
+    }
 }
 
 /// `tenant/user` → `user`, for a subject of this tenant.
