@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use onramp::backends::exec::{Command, Output, RunFuture, Transport};
 use onramp::backends::slurm::{Slurm, SlurmCli};
-use onramp::domain::names::ClusterName;
+use onramp::domain::names::{ClusterName, Username};
 use onramp::domain::tenants::TenantRegistry;
 use onramp::dryrun::sim;
 use onramp::effects::EffectLog;
@@ -68,6 +68,8 @@ struct Site {
     base: String,
     http: reqwest::Client,
     fake: Fake,
+    /// The simulated cluster's Slurm, for seeding.
+    slurm: Arc<dyn Slurm>,
     stop: CancellationToken,
     worker: Option<TestWorker>,
     _db: TestDb,
@@ -97,7 +99,7 @@ fn timings() -> Timings {
 
 /// The API, the user and reconcile flows on the simulated cluster (tenants onboarded there), the
 /// fake Authentik, and a worker.
-async fn site() -> Site {
+async fn site(brake: Brake) -> Site {
     let db = TestDb::new().await;
     let (fake, ak_url) = fake_authentik().await;
     fake.lock().unwrap().groups.extend(["tenant-foo-users".to_string(), "tenant-bar-users".to_string()]);
@@ -124,7 +126,7 @@ async fn site() -> Site {
         sim.archive_dir.clone(),
         sim.login_address.clone(),
     );
-    let reconciler = Reconciler::new(authentik.clone(), tenants.clone(), slurm, Brake::default());
+    let reconciler = Reconciler::new(authentik.clone(), tenants.clone(), slurm.clone(), brake);
     let registry =
         onramp::flows::with_reconcile(onramp::flows::with_backends(onramp::flows::registry(), backends), reconciler);
     let engine = Engine::new(db.pool.clone(), registry);
@@ -138,7 +140,8 @@ async fn site() -> Site {
     let mut wc = worker_config("users", Duration::from_secs(30));
     wc.poll_interval = Duration::from_millis(100);
     let worker = Some(TestWorker::start(&engine, wc));
-    Site { engine, base: format!("http://{addr}"), http: reqwest::Client::new(), fake, stop, worker, _db: db }
+    let base = format!("http://{addr}");
+    Site { engine, base, http: reqwest::Client::new(), fake, slurm, stop, worker, _db: db }
 }
 
 impl Site {
@@ -219,7 +222,7 @@ impl Site {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_state_comes_from_real_jobs_and_the_tenant_counts_stay_fresh() {
-    let s = site().await;
+    let s = site(Brake::default()).await;
     let viewer = token(&s.engine, "viewer", Role::Viewer, None).await;
     let members = ["alice", "bob", "carol", "dave", "erin", "frank"];
     for (pk, name) in (1..).zip(members) {
@@ -331,7 +334,7 @@ async fn each_state_comes_from_real_jobs_and_the_tenant_counts_stay_fresh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_users_and_tenants_are_404_bad_names_400_and_scoped_tokens_see_their_own_tenant() {
-    let s = site().await;
+    let s = site(Brake::default()).await;
     s.user(1, "alice", &["tenant-foo-users"], true);
     s.reconcile().await;
     let viewer = token(&s.engine, "viewer", Role::Viewer, None).await;
@@ -359,4 +362,32 @@ async fn unknown_users_and_tenants_are_404_bad_names_400_and_scoped_tokens_see_t
     let (_, _, alice) = s.get(&own, "/v1/tenants/foo/users/alice").await;
     assert_eq!(alice["tenant"], "foo", "{alice}");
     assert!(alice["jobs"].as_array().unwrap().iter().all(|j| j["subject"] == "foo/alice"), "{alice}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offboarding_the_safety_brake_holds_waits_for_approval() {
+    // a brake that holds every offboarding
+    let s = site(Brake { min_users: 0, max_percent: 0, window: Duration::from_secs(3600) }).await;
+    let viewer = token(&s.engine, "viewer", Role::Viewer, None).await;
+    let ops = token(&s.engine, "ops", Role::Operator, None).await;
+    // hank has an association under the tenant's account but is in no group of it
+    s.user(8, "hank", &[], true);
+    let t = TenantRegistry::parse(TENANTS, "test").unwrap();
+    let limits = specs::user_limits(&t.tenants[0]).unwrap();
+    let account = onramp::domain::names::SlurmAccount::parse("tenant-foo").unwrap();
+    s.slurm.add_users(&account, &[Username::parse("hank").unwrap()], true, &limits).await.unwrap();
+
+    let id = s.engine.enqueue(&[tenant_job("foo", Actor::cli("test"), "test")]).await.unwrap()[0].id;
+    let report = wait_state(&s.engine, id, "succeeded", T).await.outputs;
+    let hold = report["reconcile"]["tenants"][0]["hold_job"].as_i64().expect("the brake held hank's offboarding");
+    wait_state(&s.engine, hold, "needs_approval", T).await;
+    let hank = s.reaches(&viewer, "hank", "waiting_for_approval").await;
+    assert_eq!((hank["job"].as_i64(), hank["member"].as_bool()), (Some(hold), Some(false)), "{hank}");
+    assert!(hank["reason"].as_str().unwrap().starts_with("waiting for approval: the safety brake holds"), "{hank}");
+
+    // a person releases the hold: hank's offboarding runs, and he is kept for the retention
+    let r = s.http.post(format!("{}/v1/jobs/{hold}/approve", s.base)).bearer_auth(&ops).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let hank = s.reaches(&viewer, "hank", "in_retention").await;
+    assert_ne!(hank["job"].as_i64(), Some(hold), "{hank}");
 }

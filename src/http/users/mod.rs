@@ -99,6 +99,10 @@ struct Report {
     /// Users it named: username -> member (an onboarding named: true; an offboarding or a held
     /// one: false).
     named: BTreeMap<String, bool>,
+    /// Users whose offboarding the safety brake held, when its hold job still waits for approval.
+    held: BTreeSet<String>,
+    /// That hold job, and why it holds.
+    hold: Option<(i64, String)>,
 }
 
 /// What onramp knows of a tenant's users (or of one).
@@ -138,16 +142,30 @@ impl Known {
                     named.insert(u.to_string(), j["op"] == "onboard");
                 }
             }
+            let mut held = BTreeSet::new();
             for h in e.entry["held"].as_array().into_iter().flatten().filter_map(Value::as_str) {
                 if let Some((_, u)) = h.split_once('/') {
                     named.insert(u.to_string(), false);
+                    held.insert(u.to_string());
                 }
             }
             if let Some(u) = user {
                 named.retain(|n, _| n == u.as_str());
+                held.retain(|n| n == u.as_str());
             }
-            Report { at: e.finished_at, named }
+            let why = e.entry["reason"].as_str().unwrap_or("the safety brake holds it").to_string();
+            let hold = e.entry["hold_job"].as_i64().map(|id| (id, why));
+            Report { at: e.finished_at, named, held, hold }
         });
+        // the held set matters only while its hold job waits for a person
+        let mut report = report;
+        if let Some(r) = report.as_mut().filter(|r| !r.held.is_empty()) {
+            let ids: Vec<i64> = r.hold.iter().map(|(id, _)| *id).collect();
+            let waiting = s.engine.standings(&ids).await?.iter().any(|j| j.state == JobState::NeedsApproval);
+            if !waiting {
+                r.held.clear();
+            }
+        }
         Ok(Self { live, latest, association, report })
     }
 
@@ -159,18 +177,35 @@ impl Known {
     /// One user's status (UserStatus in openapi.yaml).
     fn status(&self, s: &AppState, t: &Tenant, user: &str) -> Value {
         let job = self.live.get(user).or_else(|| self.latest.get(user));
+        let member = self.member(user, job);
+        let held = self.held(user, job);
         let reading = match job {
+            _ if held.is_some() => Reading {
+                state: UserState::WaitingForApproval,
+                reason: format!(
+                    "waiting for approval: the safety brake holds this offboarding with others (job {}): {}",
+                    held.map_or(0, |(id, _)| id),
+                    held.map_or("", |(_, why)| why)
+                ),
+                step: None,
+                retention_until: None,
+            },
             Some(j) => {
                 let max = s.engine.registry().get(&j.kind).map(|f| f.policy(j.step_index as usize).max_attempts);
                 state::read(j, max)
             }
             None => Reading {
                 state: UserState::NotOnboarded,
-                reason: match &self.report {
-                    Some(r) => {
+                reason: match (&self.report, member) {
+                    (Some(r), Some(false)) => format!(
+                        "not a member of {} as read at {}, and onramp has no job of this user",
+                        t.group,
+                        rfc3339(r.at)
+                    ),
+                    (Some(r), _) => {
                         format!("a member of {} as read at {} with no onboarding job yet", t.group, rfc3339(r.at))
                     }
-                    None => "no onboarding job yet".into(),
+                    (None, _) => "no onboarding job yet".into(),
                 },
                 step: None,
                 retention_until: None,
@@ -198,12 +233,20 @@ impl Known {
             "state": reading.state,
             "reason": reading.reason,
             "step": reading.step,
-            "job": job.map(|j| j.id),
+            "job": held.map(|(id, _)| id).or(job.map(|j| j.id)),
             "retention_until": reading.retention_until.map(rfc3339),
-            "member": self.member(user, job),
+            "member": member,
             "association": association,
             "updated_at": updated.map(rfc3339),
         })
+    }
+
+    /// The brake's hold of this user's offboarding (hold job, why), when the report that held it
+    /// is newer than the user's latest job and the hold still waits for approval.
+    fn held(&self, user: &str, job: Option<&Job>) -> Option<(i64, &str)> {
+        let r = self.report.as_ref().filter(|r| job.is_none_or(|j| r.at >= j.created_at))?;
+        let (id, why) = r.hold.as_ref().filter(|_| r.held.contains(user))?;
+        Some((*id, why.as_str()))
     }
 
     /// In the tenant's group, as last read: by the latest reconcile report when it is newer than
