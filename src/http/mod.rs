@@ -1,5 +1,5 @@
-//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants,
-//! drift, tokens), the dashboard.
+//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants, their
+//! users, drift, tokens), the dashboard.
 //! Each area lists its routes; the router is built from that one table, so the table is exactly
 //! what is served (and a test compares it with openapi.yaml).
 
