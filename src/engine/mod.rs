@@ -17,6 +17,7 @@ mod query;
 mod retention;
 pub mod simulate;
 mod store;
+mod subjects;
 pub mod trace;
 mod worker;
 mod worker_tasks;
@@ -34,6 +35,7 @@ pub use policy::RetryPolicy;
 pub use query::{LatestEntry, OpenCount, OutputArray};
 pub use retention::Pruned;
 pub use store::{Enqueued, NewJob};
+pub use subjects::{JobStanding, StepOutput};
 pub use worker::{WorkerConfig, WorkerStats};
 
 /// The fenced result write, exposed so tests can play a worker that lost its lease.
@@ -144,6 +146,33 @@ impl Engine {
     /// Unfinished jobs of these tenants by tenant, kind and state.
     pub async fn open_counts(&self, tenants: &[&str]) -> Result<Vec<OpenCount>, EngineError> {
         query::open_counts(&self.pool, tenants).await
+    }
+
+    /// Per subject of `tenant` (or only `subject`), its latest job of `kinds` not in a state of `skip`.
+    pub async fn latest_per_subject(
+        &self,
+        tenant: &str,
+        kinds: &[&str],
+        subject: Option<&str>,
+        skip: &[JobState],
+    ) -> Result<Vec<Job>, EngineError> {
+        subjects::latest_per_subject(&self.pool, tenant, kinds, subject, skip).await
+    }
+
+    /// Per subject of `tenant` (or only `subject`), the latest output of step `step` of a job of `kinds`.
+    pub async fn latest_step_outputs(
+        &self,
+        tenant: &str,
+        kinds: &[&str],
+        step: &str,
+        subject: Option<&str>,
+    ) -> Result<Vec<StepOutput>, EngineError> {
+        subjects::latest_step_outputs(&self.pool, tenant, kinds, step, subject).await
+    }
+
+    /// Where each of these jobs stands now.
+    pub async fn standings(&self, ids: &[i64]) -> Result<Vec<JobStanding>, EngineError> {
+        subjects::standings(&self.pool, ids).await
     }
 
     /// Unfinished jobs by state (states with none left out).

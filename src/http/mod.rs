@@ -1,5 +1,5 @@
-//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants,
-//! drift, tokens), the dashboard.
+//! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants, their
+//! users, drift, tokens), the dashboard.
 //! Each area lists its routes; the router is built from that one table, so the table is exactly
 //! what is served (and a test compares it with openapi.yaml).
 
@@ -20,6 +20,7 @@ mod source;
 mod stream;
 mod tenants;
 mod tokens;
+mod users;
 mod webhook;
 mod work;
 
@@ -141,6 +142,7 @@ pub fn routes() -> Vec<Route> {
         jobs::routes(),
         work::routes(),
         tenants::routes(),
+        users::routes(),
         plans::routes(),
         tokens::routes(),
         webhook::routes(),

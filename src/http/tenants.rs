@@ -4,12 +4,17 @@
 //! `reconcile.tenant`), with the time it was measured; `null` until one has run. A tenant-scoped
 //! token sees its own tenant.
 //!
+//! Drift is kept fresh between reconciles: the onboardings and offboardings a report started
+//! that have succeeded since are no longer counted (`onboard`, `offboard`), with what was
+//! measured (`measured`), what settled since (`settled_since`), and both times (`measured_at`,
+//! `as_of`).
+//!
 //! Neither reads the job history: both are bounded queries. Reports come from the newest
 //! `LATEST_SCAN` succeeded reconciles of each kind (an index read backwards; the periodic full
 //! reconcile names every tenant, so a tenant it cannot find there has not been measured for a
 //! long time), and jobs in flight from the partial index of unfinished jobs per tenant.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::Json;
 use axum::extract::State;
@@ -63,7 +68,7 @@ async fn show(
 type Reports = BTreeMap<String, (i64, OffsetDateTime, Value)>;
 
 /// Where a reconcile keeps its per-tenant report entries.
-const REPORT_ENTRIES: OutputArray<'static> =
+pub(super) const REPORT_ENTRIES: OutputArray<'static> =
     OutputArray { kinds: &[RECONCILE_FULL, RECONCILE_TENANT], path: &["reconcile", "tenants"], field: "tenant" };
 
 async fn latest_reports(s: &AppState, names: &[&str]) -> Result<Reports, Problem> {
@@ -84,6 +89,16 @@ async fn in_flight(s: &AppState, names: &[&str]) -> Result<BTreeMap<String, BTre
     Ok(out)
 }
 
+/// The jobs named in the reports that have succeeded since (their drift is gone).
+async fn settled(s: &AppState, reports: &Reports) -> Result<BTreeSet<i64>, Problem> {
+    let ids: Vec<i64> = reports
+        .values()
+        .flat_map(|(_, _, e)| e["jobs"].as_array().into_iter().flatten().filter_map(|j| j["job"].as_i64()))
+        .collect();
+    let now = s.engine.standings(&ids).await?;
+    Ok(now.into_iter().filter(|j| j.state == JobState::Succeeded).map(|j| j.id).collect())
+}
+
 fn count(v: &Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
@@ -92,6 +107,8 @@ async fn summaries(s: &AppState, tenants: &[&Tenant]) -> Result<Vec<Value>, Prob
     let names: Vec<&str> = tenants.iter().map(|t| t.name.as_str()).collect();
     let reports = latest_reports(s, &names).await?;
     let flight = in_flight(s, &names).await?;
+    let settled = settled(s, &reports).await?;
+    let now = rfc3339(s.engine.now().await?);
     let empty = BTreeMap::new();
     Ok(tenants
         .iter()
@@ -110,12 +127,24 @@ async fn summaries(s: &AppState, tenants: &[&Tenant]) -> Result<Vec<Value>, Prob
                         _ => Value::Null,
                     };
                     let ops = |op: &str| e["jobs"].as_array().map_or(0, |a| a.iter().filter(|j| j["op"] == op).count());
+                    // the report's jobs that have succeeded since: that drift is gone
+                    let done = |op: &str| {
+                        e["jobs"].as_array().map_or(0, |a| {
+                            a.iter()
+                                .filter(|j| j["op"] == op && j["job"].as_i64().is_some_and(|id| settled.contains(&id)))
+                                .count()
+                        })
+                    };
+                    let (onboarded, offboarded) = (done("onboard"), done("offboard"));
                     let drift = json!({
                         "measured_at": rfc3339(*at),
+                        "as_of": now,
                         "job": job,
                         "decision": e["decision"],
-                        "onboard": ops("onboard"),
-                        "offboard": ops("offboard"),
+                        "onboard": ops("onboard") - onboarded,
+                        "offboard": ops("offboard") - offboarded,
+                        "measured": { "onboard": ops("onboard"), "offboard": ops("offboard") },
+                        "settled_since": { "onboarded": onboarded, "offboarded": offboarded },
                         "held": count(&e["held"]),
                         "skipped": count(&e["skipped"]),
                         "unchanged": e["unchanged"].as_u64(),

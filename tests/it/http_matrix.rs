@@ -57,7 +57,8 @@ fn expect(c: &Case) -> Expect {
                 Allowed(&[200])
             }
         }
-        ("GET", "/v1/jobs/{id}" | "/v1/tenants/{tenant}") => {
+        ("GET", "/v1/jobs/{id}" | "/v1/tenants/{tenant}" | "/v1/tenants/{tenant}/users")
+        | ("GET", "/v1/tenants/{tenant}/users/{username}") => {
             if hidden {
                 NotFound
             } else {
@@ -132,6 +133,16 @@ async fn every_v1_route_by_role_and_tenant() {
     .await
     .unwrap();
 
+    // alice is known in both tenants (an onboarding names her), for /v1/tenants/{tenant}/users/{username}
+    for t in ["tenant-a", "tenant-b"] {
+        let input = json!({"tenant": t, "account": t, "username": "alice"});
+        let later = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+        engine
+            .enqueue(&[NewJob::new("user.onboard", &format!("{t}/alice"), input, Actor::cli("t")).at(later)])
+            .await
+            .unwrap();
+    }
+
     let routes: Vec<(Method, &str)> = onramp::http::routes()
         .iter()
         .filter(|r| r.path.starts_with("/v1/"))
@@ -159,7 +170,10 @@ async fn every_v1_route_by_role_and_tenant() {
                     token(&engine, &victim, Role::Viewer, Some(tenant)).await;
                     let mut url = format!(
                         "{base}{}",
-                        path.replace("{id}", &job.to_string()).replace("{name}", &victim).replace("{tenant}", tenant)
+                        path.replace("{id}", &job.to_string())
+                            .replace("{name}", &victim)
+                            .replace("{tenant}", tenant)
+                            .replace("{username}", "alice")
                     );
                     if path.contains("{flow}") {
                         url = url.replace("{flow}", "tenant.onboard") + "?tenant=" + tenant;

@@ -20,6 +20,7 @@ mod http_hostile;
 mod http_layers;
 mod http_matrix;
 mod http_spec;
+mod http_users;
 mod http_work;
 mod identities;
 mod intake_cli;
