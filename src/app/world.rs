@@ -50,12 +50,28 @@ impl World {
     /// The registry from what this process can run, then the engine over `pool`.
     pub fn build(pool: PgPool, parts: Parts) -> Self {
         let engine = Engine::new(pool, registry(&parts));
-        Self { engine, intake: parts.intake, plans: parts.plans, http: Arc::default(), ops: None, retention: None, callbacks: CallbackConfig::default() }
+        Self {
+            engine,
+            intake: parts.intake,
+            plans: parts.plans,
+            http: Arc::default(),
+            ops: None,
+            retention: None,
+            callbacks: CallbackConfig::default(),
+        }
     }
 
     /// A world of the engine alone (its own flows), for the CLI's job commands and tests.
     pub fn bare(engine: Engine) -> Self {
-        Self { engine, intake: None, plans: None, http: Arc::default(), ops: None, retention: None, callbacks: CallbackConfig::default() }
+        Self {
+            engine,
+            intake: None,
+            plans: None,
+            http: Arc::default(),
+            ops: None,
+            retention: None,
+            callbacks: CallbackConfig::default(),
+        }
     }
 
     /// The HTTP server's timeout, body limit and CORS (defaults without).

@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 
-pub use callbacks::{CallbackConfig, EventType, NewSubscription, Subscription, SubscriptionError};
 pub use budget::{Budget, Held, Metered, Through, ThroughOutcome};
+pub use callbacks::{CallbackConfig, EventType, NewSubscription, Subscription, SubscriptionError};
 pub use claims::Claim;
 pub use flow::{Flow, FourEyes, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};

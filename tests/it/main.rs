@@ -2,6 +2,7 @@
 
 mod authority;
 mod brake;
+mod callbacks;
 mod cli;
 mod common;
 mod corpus;

@@ -42,7 +42,11 @@ pub fn payload(e: &EventSummary) -> Vec<u8> {
 pub enum Outcome {
     Delivered,
     /// Try again; `retry_after` when the receiver said when (429 or 503 with `Retry-After`).
-    Failed { status: Option<u16>, error: String, retry_after: Option<Duration> },
+    Failed {
+        status: Option<u16>,
+        error: String,
+        retry_after: Option<Duration>,
+    },
 }
 
 /// POSTs one event. The error never names the URL (it may carry a token) nor the secret.

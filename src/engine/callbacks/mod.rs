@@ -138,7 +138,10 @@ pub enum SubscriptionError {
 impl Engine {
     /// Creates a subscription starting after the newest event; returns it with its signing
     /// secret (`whsec_…`), which is never shown again.
-    pub async fn create_subscription(&self, new: &NewSubscription) -> Result<(Subscription, Secret), SubscriptionError> {
+    pub async fn create_subscription(
+        &self,
+        new: &NewSubscription,
+    ) -> Result<(Subscription, Secret), SubscriptionError> {
         check_url(&new.url)?;
         let secret = new_secret();
         let sub = store::create(self.pool(), new, &secret).await?;
