@@ -41,4 +41,5 @@ mod slurm;
 mod slurm_ssh;
 mod sshkey;
 mod storage;
+mod stream;
 mod telemetry;
