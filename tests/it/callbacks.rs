@@ -347,3 +347,44 @@ async fn an_event_committing_late_is_delivered_in_its_place_and_a_rolled_back_on
     stop.cancel();
     handle.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_workers_deliver_each_event_once_in_order() {
+    let db = TestDb::new().await;
+    let engine = engine(&db, Registry::new().with(flow()));
+    let rx = Receiver::start("").await;
+    let new = onramp::engine::NewSubscription {
+        url: rx.url.clone(),
+        tenant: None,
+        events: vec!["job.pending".parse().unwrap(), "job.cancelled".parse().unwrap()],
+        created_by: "test".into(),
+    };
+    let (_, secret) = engine.create_subscription(&new).await.unwrap();
+    rx.trust(secret.expose());
+    // three dispatchers, as three worker replicas would run them
+    let stop = CancellationToken::new();
+    let replicas: Vec<_> = (0..3)
+        .map(|i| {
+            let (e, s) = (engine.clone(), stop.clone());
+            let cfg = CallbackConfig { worker: format!("w{i}"), ..fast() };
+            tokio::spawn(async move { e.run_callbacks(cfg, s).await })
+        })
+        .collect();
+    let at = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    let mut want = vec![];
+    for n in 0..10 {
+        let id = engine.enqueue(&[job(&format!("foo/u{n}"), "ok").at(at)]).await.unwrap()[0].id;
+        engine.cancel(id, &Actor::cli("test"), None).await.unwrap();
+        want.extend(event_ids(&engine, id, &[JobState::Pending, JobState::Cancelled]).await);
+    }
+    rx.wait_for(&want).await;
+    let got = rx.got();
+    let ids: Vec<&str> = got.iter().map(|r| r["webhook_id"].as_str().unwrap()).collect();
+    let expected: Vec<String> = want.iter().map(|id| format!("evt_{id}")).collect();
+    assert_eq!(ids, expected, "each event once, in order, whichever replica sent it");
+    assert!(got.iter().all(|r| r["verified"] == true));
+    stop.cancel();
+    for r in replicas {
+        r.await.unwrap();
+    }
+}
