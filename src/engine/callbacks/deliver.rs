@@ -10,8 +10,8 @@ use sha2::Sha256;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::Secret;
 use super::log::EventSummary;
-use crate::domain::secret::Secret;
 
 /// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`, keyed with the base64-decoded part of
 /// `whsec_…` after the prefix.

@@ -23,10 +23,28 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::{Engine, EngineError, JobState};
-use crate::domain::secret::Secret;
 
 pub use deliver::sign;
 pub use log::{EventSummary, Hold, LoggedEvent, settled};
+
+/// A subscription's signing secret, `whsec_<base64>`: never printed, shown once at creation.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
 
 /// What a subscription can ask for: a job entering a state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -227,5 +245,6 @@ mod tests {
         let key = base64::engine::general_purpose::STANDARD.decode(s.expose().strip_prefix("whsec_").unwrap());
         assert_eq!(key.unwrap().len(), 32);
         assert_ne!(new_secret(), s);
+        assert_eq!(format!("{s:?}"), "[redacted]");
     }
 }

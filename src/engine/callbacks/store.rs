@@ -7,9 +7,9 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 
 use super::super::EngineError;
+use super::Secret;
 use super::log::Hold;
 use super::{NewSubscription, Subscription};
-use crate::domain::secret::Secret;
 
 const COLUMNS: &str = "id, url, tenant, events, created_by, created_at, cursor, attempts, next_attempt_at, delivered,
      given_up, last_status, last_error, last_attempt_at";
