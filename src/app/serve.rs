@@ -59,6 +59,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let world = World::build(pool, Parts { flows, intake: settings.intake, plans })
         .with_http(settings.http)
         .with_ops_listener(ops)
-        .with_retention(settings.retention);
+        .with_retention(settings.retention)
+        .with_callbacks(settings.callbacks);
     world.run(listener, worker, shutdown_on_signal()).await
 }

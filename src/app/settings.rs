@@ -17,7 +17,7 @@ use crate::backends::storage::StorageSettings;
 use crate::domain::names::ClusterName;
 use crate::domain::secret::Secret;
 use crate::dryrun::sim::DryConfig;
-use crate::engine::WorkerConfig;
+use crate::engine::{CallbackConfig, WorkerConfig};
 use crate::flows::settings::FlowSettings;
 use crate::http::HttpSettings;
 
@@ -58,6 +58,8 @@ pub struct Settings {
     pub worker: WorkerConfig,
     /// What a worker prunes, and how often.
     pub retention: Retention,
+    /// How a worker delivers callbacks.
+    pub callbacks: CallbackConfig,
     /// A worker-only process's health and metrics listener.
     pub worker_listen: std::net::SocketAddr,
     /// `None`: the Authentik intake is not configured (no webhook, no reconcile, no user flows).
@@ -70,7 +72,9 @@ impl Settings {
         refuse_moved(|name| std::env::var_os(name).is_some())?;
         let backends = BackendSettings::from_args(a.backends, a.role != ServeRole::Api)?;
         let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
+        let worker = worker_config(&a.worker);
         Ok(Self {
+            callbacks: callback_config(&a.worker, &worker.id)?,
             role: a.role,
             database_url: a.db.database_url,
             pool_size: a.db.db_pool_size,
@@ -78,7 +82,7 @@ impl Settings {
             listen: a.http.listen,
             api_token: a.http.api_token.clone(),
             http: http_settings(&a.http)?,
-            worker: worker_config(&a.worker),
+            worker,
             retention: Retention::from_args(&a.worker)?,
             worker_listen: a.worker.worker_listen,
             intake,
@@ -175,6 +179,29 @@ pub fn worker_config(w: &WorkerArgs) -> WorkerConfig {
         poll_interval: w.poll_interval,
         shutdown_grace: w.shutdown_grace,
     }
+}
+
+pub fn callback_config(w: &WorkerArgs, worker: &str) -> anyhow::Result<CallbackConfig> {
+    for (name, d) in [
+        ("ONRAMP_CALLBACK_TIMEOUT", w.callback_timeout),
+        ("ONRAMP_CALLBACK_BACKOFF", w.callback_backoff),
+        ("ONRAMP_CALLBACK_POLL", w.callback_poll),
+    ] {
+        anyhow::ensure!(!d.is_zero(), "{name} must be longer than 0s");
+    }
+    anyhow::ensure!(
+        w.callback_max_backoff >= w.callback_backoff,
+        "ONRAMP_CALLBACK_MAX_BACKOFF must be at least ONRAMP_CALLBACK_BACKOFF"
+    );
+    Ok(CallbackConfig {
+        worker: worker.to_string(),
+        timeout: w.callback_timeout,
+        max_attempts: w.callback_max_attempts,
+        backoff: w.callback_backoff,
+        max_backoff: w.callback_max_backoff,
+        poll: w.callback_poll,
+        settle: w.callback_settle,
+    })
 }
 
 fn default_worker_id() -> String {

@@ -18,7 +18,7 @@ use crate::backends::{kubernetes, notify, slurm, storage};
 use crate::dryrun::plan::Planner;
 use crate::dryrun::sim::DryConfig;
 use crate::effects::EffectLog;
-use crate::engine::{Engine, Registry, WorkerConfig, WorkerStats};
+use crate::engine::{CallbackConfig, Engine, Registry, WorkerConfig, WorkerStats};
 use crate::{flows, http};
 
 /// What a world is made of, chosen by the settings.
@@ -42,18 +42,36 @@ pub struct World {
     ops: Option<TcpListener>,
     /// What a worker prunes, and how often (`None`: nothing).
     retention: Option<Retention>,
+    /// How a worker delivers callbacks (every worker does).
+    callbacks: CallbackConfig,
 }
 
 impl World {
     /// The registry from what this process can run, then the engine over `pool`.
     pub fn build(pool: PgPool, parts: Parts) -> Self {
         let engine = Engine::new(pool, registry(&parts));
-        Self { engine, intake: parts.intake, plans: parts.plans, http: Arc::default(), ops: None, retention: None }
+        Self {
+            engine,
+            intake: parts.intake,
+            plans: parts.plans,
+            http: Arc::default(),
+            ops: None,
+            retention: None,
+            callbacks: CallbackConfig::default(),
+        }
     }
 
     /// A world of the engine alone (its own flows), for the CLI's job commands and tests.
     pub fn bare(engine: Engine) -> Self {
-        Self { engine, intake: None, plans: None, http: Arc::default(), ops: None, retention: None }
+        Self {
+            engine,
+            intake: None,
+            plans: None,
+            http: Arc::default(),
+            ops: None,
+            retention: None,
+            callbacks: CallbackConfig::default(),
+        }
     }
 
     /// The HTTP server's timeout, body limit and CORS (defaults without).
@@ -75,6 +93,12 @@ impl World {
         self
     }
 
+    /// A worker delivers callbacks by `callbacks`.
+    pub fn with_callbacks(mut self, callbacks: CallbackConfig) -> Self {
+        self.callbacks = callbacks;
+        self
+    }
+
     /// Runs the HTTP server (when given a listener) and a worker (when given a config) until
     /// `shutdown` is cancelled; then both drain.
     pub async fn run(
@@ -83,7 +107,7 @@ impl World {
         worker: Option<WorkerConfig>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let Self { engine, intake, plans, http: settings, ops, retention } = self;
+        let Self { engine, intake, plans, http: settings, ops, retention, callbacks } = self;
         let stats = Arc::new(WorkerStats::default());
         let started = intake.as_ref().map(|s| s.start(&engine));
         if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
@@ -92,6 +116,11 @@ impl World {
         if let Some(r) = retention.filter(|_| worker.is_some()) {
             tokio::spawn(periodic_retention(engine.clone(), r, shutdown.clone()));
         }
+        let callbacks = worker.as_ref().map(|w| {
+            let (engine, shutdown) = (engine.clone(), shutdown.clone());
+            let cfg = CallbackConfig { worker: w.id.clone(), ..callbacks };
+            tokio::spawn(async move { engine.run_callbacks(cfg, shutdown).await })
+        });
         let http = listener.map(|l| {
             let mut state = http::AppState::new(engine.clone(), stats.clone());
             state.http = settings.clone();
@@ -128,6 +157,9 @@ impl World {
         }
         if let Some(h) = ops {
             h.await?.context("health and metrics listener")?;
+        }
+        if let Some(c) = callbacks {
+            c.await.context("callbacks")?;
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! fenced by the attempt number. Timers are `run_at` values, so they survive restarts.
 
 mod budget;
+pub mod callbacks;
 mod claims;
 mod decide;
 mod flow;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use sqlx::{PgConnection, PgPool};
 
 pub use budget::{Budget, Held, Metered, Through, ThroughOutcome};
+pub use callbacks::{CallbackConfig, EventType, NewSubscription, Subscription, SubscriptionError};
 pub use claims::Claim;
 pub use flow::{Flow, FourEyes, Jobs, Registry, StepCtx, StepFuture, Transition};
 pub use model::{Actor, Job, JobEvent, JobState, StepOutcome, StepRun};

@@ -1,10 +1,11 @@
 //! HTTP: health and metrics, the Authentik webhook, the /v1 API (jobs, starting work, tenants, their
-//! users, drift, tokens), the dashboard.
+//! users, drift, tokens, callbacks), the dashboard.
 //! Each area lists its routes; the router is built from that one table, so the table is exactly
 //! what is served (and a test compares it with openapi.yaml).
 
 pub mod access;
 mod auth;
+mod callbacks;
 mod dashboard;
 mod extract;
 mod health;
@@ -145,6 +146,7 @@ pub fn routes() -> Vec<Route> {
         users::routes(),
         plans::routes(),
         tokens::routes(),
+        callbacks::routes(),
         webhook::routes(),
         dashboard::routes(),
     ];

@@ -1,31 +1,44 @@
-//! GET /v1/stream: server-sent events, `job` with the job whenever one the caller sees changes
-//! (its state, step, attempt or timer), from the moment of connecting. A token has at most
-//! `ONRAMP_HTTP_STREAMS_PER_TOKEN` streams open (then 429 with Retry-After); a stream ends after
-//! `ONRAMP_HTTP_STREAM_LIFETIME`, and at shutdown, and clients reconnect. One poller per
-//! process reads the changed jobs while any stream is open and hands each batch to every stream,
-//! which keeps what its token sees.
+//! GET /v1/stream: server-sent events, `job` with the job as it is now whenever one the caller
+//! sees changes state, under the id of that change in the audit trail (`job_events`), from the
+//! moment of connecting. A client reconnecting with `Last-Event-ID` is first sent what it missed
+//! (the newest [`REPLAY`] changes at most). `?tenant=` and `?job=` narrow the stream. A token has
+//! at most `ONRAMP_HTTP_STREAMS_PER_TOKEN` streams open (then 429 with Retry-After); a stream ends
+//! after `ONRAMP_HTTP_STREAM_LIFETIME`, and at shutdown, and clients reconnect. One poller per
+//! process reads the audit trail after its cursor while any stream is open (waiting at a missing
+//! id as callbacks do, see `engine::callbacks::log`) and hands each batch to every stream, which
+//! keeps what its token and filters see.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
+use serde::Deserialize;
 use time::OffsetDateTime;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
+use super::extract::Params;
 use super::{AppState, Problem};
+use crate::domain::names::TenantName;
+use crate::engine::callbacks::{Hold, LoggedEvent, settled};
 use crate::engine::{Engine, Job};
 use crate::http::access::{Principal, Role};
 
 /// How often a stream looks for changed jobs.
 const POLL: Duration = Duration::from_millis(500);
+/// Most changes replayed to a client that reconnects with `Last-Event-ID` (the newest ones).
+pub const REPLAY: i64 = 1000;
+/// How long the poller waits at a missing event id (a transaction not yet committed).
+const SETTLE: Duration = Duration::from_secs(10);
+/// Events read per look.
+const BATCH: i64 = 500;
 /// What a caller over its streams is told to wait.
 const RETRY_AFTER: u64 = 10;
 
@@ -68,60 +81,121 @@ impl Drop for StreamSlot {
     }
 }
 
-/// A batch of jobs changed lately.
-type Batch = Arc<Vec<Job>>;
+/// Changes of jobs: each job once, under the id of its newest change, oldest first.
+type Batch = Arc<Vec<(i64, Job)>>;
+
+struct Live {
+    tx: broadcast::Sender<Batch>,
+    /// Every event up to this id was handed out (or was before the poller started).
+    cursor: i64,
+}
 
 /// The one poller of this process's streams, running while any stream listens.
 #[derive(Default)]
-pub struct JobHub(Mutex<Option<broadcast::Sender<Batch>>>);
+pub struct JobHub(Mutex<Option<Live>>);
 
 impl JobHub {
-    /// Listens to the poller, starting it when none runs.
-    fn subscribe(self: &Arc<Self>, engine: &Engine, shutdown: &CancellationToken) -> broadcast::Receiver<Batch> {
+    /// Listens to the poller, starting it when none runs; with the cursor after which its batches
+    /// begin.
+    async fn subscribe(
+        self: &Arc<Self>,
+        engine: &Engine,
+        shutdown: &CancellationToken,
+    ) -> Result<(broadcast::Receiver<Batch>, i64), Problem> {
+        if let Some(live) = self.0.lock().expect("job hub lock").as_ref() {
+            return Ok((live.tx.subscribe(), live.cursor));
+        }
+        let start = engine.last_event_id().await?;
         let mut slot = self.0.lock().expect("job hub lock");
-        if let Some(tx) = slot.as_ref() {
-            return tx.subscribe();
+        if let Some(live) = slot.as_ref() {
+            return Ok((live.tx.subscribe(), live.cursor));
         }
         let (tx, rx) = broadcast::channel(16);
-        *slot = Some(tx.clone());
-        tokio::spawn(poll(self.clone(), engine.clone(), tx, shutdown.clone()));
-        rx
+        *slot = Some(Live { tx, cursor: start });
+        tokio::spawn(poll(self.clone(), engine.clone(), shutdown.clone()));
+        Ok((rx, start))
     }
 }
 
-/// Reads the jobs changed since the last look every half second, with an overlap window, since a
-/// transaction's `updated_at` is its start time and it may commit after later ones; stops when
-/// no stream listens any more.
-async fn poll(hub: Arc<JobHub>, engine: Engine, tx: broadcast::Sender<Batch>, shutdown: CancellationToken) {
-    let mut since = engine.now().await.unwrap_or_else(|_| OffsetDateTime::now_utc());
+/// Each job once, under its newest event, oldest first; events of pruned jobs left out.
+fn newest_per_job(events: &[LoggedEvent]) -> Vec<(i64, Job)> {
+    let mut newest: HashMap<i64, usize> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Some(j) = &e.job {
+            newest.insert(j.id, i);
+        }
+    }
+    let mut out: Vec<(i64, Job)> =
+        newest.into_values().filter_map(|i| events[i].job.clone().map(|j| (events[i].id, j))).collect();
+    out.sort_by_key(|(id, _)| *id);
+    out
+}
+
+/// Reads the audit trail after the cursor every half second and hands out what settled; stops
+/// when no stream listens any more.
+async fn poll(hub: Arc<JobHub>, engine: Engine, shutdown: CancellationToken) {
+    let mut hold: Option<Hold> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
             _ = shutdown.cancelled() => {}
         }
-        {
+        let cursor = {
             let mut slot = hub.0.lock().expect("job hub lock");
-            if tx.receiver_count() == 0 || shutdown.is_cancelled() {
-                *slot = None;
-                return;
+            match slot.as_ref() {
+                Some(live) if live.tx.receiver_count() > 0 && !shutdown.is_cancelled() => live.cursor,
+                _ => {
+                    *slot = None;
+                    return;
+                }
             }
+        };
+        let events = match engine.next_events(cursor, BATCH).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "job stream: query failed");
+                continue;
+            }
+        };
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        let (n, h) = settled(cursor, &ids, hold, OffsetDateTime::now_utc(), SETTLE);
+        hold = h;
+        if n == 0 {
+            continue;
         }
-        match engine.changed_since(since - OVERLAP, None, 500).await {
-            Ok(jobs) if jobs.is_empty() => {}
-            Ok(jobs) => {
-                since = jobs.iter().map(|j| j.updated_at).fold(since, OffsetDateTime::max);
-                let _ = tx.send(Arc::new(jobs));
+        let batch = newest_per_job(&events[..n]);
+        let mut slot = hub.0.lock().expect("job hub lock");
+        if let Some(live) = slot.as_mut() {
+            live.cursor = ids[n - 1];
+            if !batch.is_empty() {
+                let _ = live.tx.send(Arc::new(batch));
             }
-            Err(e) => tracing::warn!(error = %e, "job stream: query failed"),
         }
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StreamQuery {
+    tenant: Option<String>,
+    job: Option<i64>,
 }
 
 pub(super) async fn stream(
     auth: Auth,
     State(s): State<AppState>,
+    Params(q): Params<StreamQuery>,
+    headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
     let p = auth.require(Role::Viewer)?.clone();
+    let tenant =
+        q.tenant.as_deref().map(TenantName::parse).transpose().map_err(|e| Problem::bad_request(e.to_string()))?;
+    let last = match headers.get("last-event-id").map(|v| v.to_str().unwrap_or("").trim()) {
+        None | Some("") => None,
+        Some(v) => Some(v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            Problem::bad_request("Last-Event-ID must be the id of an event this stream sent (a number)")
+        })?),
+    };
     let Some(slot) = s.streams.take(&p.token_name, s.http.streams_per_token) else {
         let mut problem = Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -135,66 +209,69 @@ pub(super) async fn stream(
         problem.retry_after = Some(RETRY_AFTER);
         return Err(problem);
     };
-    // from the moment of connecting (the overlap window before it included, as every look has)
-    let from = s.engine.now().await? - OVERLAP;
     let until = Instant::now() + s.http.stream_lifetime;
-    let rx = s.jobs.subscribe(&s.engine, &s.shutdown);
+    let (rx, cursor) = s.jobs.subscribe(&s.engine, &s.shutdown).await?;
+    let filter = Filter { p, tenant: tenant.map(|t| t.as_str().to_string()), job: q.job };
+    let mut feed = Feed { s, filter, rx, queue: VecDeque::new(), until, _slot: slot };
+    // what a reconnecting client missed, up to where the live batches begin
+    if let Some(last) = last.filter(|l| *l < cursor) {
+        let missed = feed.s.engine.events_after(last, cursor, REPLAY).await?;
+        feed.push(&newest_per_job(&missed));
+    }
     // a comment now and then keeps proxies (and the server's own idle watch) from closing it
-    let keep_alive =
-        KeepAlive::new().interval((s.http.idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(15)));
-    let feed = Feed { s, p, rx, from, sent: HashMap::new(), queue: Vec::new(), until, _slot: slot };
+    let keep_alive = KeepAlive::new()
+        .interval((feed.s.http.idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(15)));
     Ok(Sse::new(futures_util::stream::unfold(feed, Feed::next)).keep_alive(keep_alive))
 }
 
-const OVERLAP: time::Duration = time::Duration::seconds(5);
+/// What one stream's caller sees, and asked for.
+struct Filter {
+    p: Principal,
+    tenant: Option<String>,
+    job: Option<i64>,
+}
 
 struct Feed {
     s: AppState,
-    p: Principal,
+    filter: Filter,
     rx: broadcast::Receiver<Batch>,
-    /// Changes before this are not sent.
-    from: OffsetDateTime,
-    /// What was sent in the overlap window: job id -> updated_at.
-    sent: HashMap<i64, OffsetDateTime>,
-    queue: Vec<Event>,
+    queue: VecDeque<Event>,
     /// When the stream ends.
     until: Instant,
     _slot: StreamSlot,
 }
 
 impl Feed {
+    fn push(&mut self, changes: &[(i64, Job)]) {
+        let registry = self.s.tenants.clone();
+        let f = &self.filter;
+        for (id, j) in changes {
+            let wanted = f.p.sees_job(&j.kind, &j.tenant, registry.as_deref())
+                && f.tenant.as_ref().is_none_or(|t| t == &j.tenant)
+                && f.job.is_none_or(|want| want == j.id);
+            if wanted && let Ok(e) = Event::default().id(id.to_string()).event("job").json_data(j) {
+                self.queue.push_back(e);
+            }
+        }
+    }
+
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
         loop {
-            if let Some(e) = self.queue.pop() {
+            if let Some(e) = self.queue.pop_front() {
                 return Some((Ok(e), self));
             }
-            let jobs = tokio::select! {
+            let changes = tokio::select! {
                 batch = self.rx.recv() => match batch {
-                    Ok(jobs) => jobs,
-                    // too slow a reader: the batches it missed are gone; the next ones overlap
-                    Err(RecvError::Lagged(_)) => continue,
+                    Ok(changes) => changes,
+                    // too slow a reader: the batches it missed are gone; ending the stream lets its
+                    // client reconnect with Last-Event-ID and be sent them
+                    Err(RecvError::Lagged(_)) => return None,
                     Err(RecvError::Closed) => return None,
                 },
                 _ = tokio::time::sleep_until(self.until) => return None,
                 _ = self.s.shutdown.cancelled() => return None,
             };
-            let mut newest = None;
-            let registry = self.s.tenants.clone();
-            let seen = |j: &&Job| j.updated_at > self.from && self.p.sees_job(&j.kind, &j.tenant, registry.as_deref());
-            for j in jobs.iter().rev().filter(seen) {
-                newest = newest.max(Some(j.updated_at));
-                if self.sent.get(&j.id) == Some(&j.updated_at) {
-                    continue;
-                }
-                self.sent.insert(j.id, j.updated_at);
-                if let Ok(e) = Event::default().event("job").json_data(j) {
-                    self.queue.push(e);
-                }
-            }
-            if let Some(newest) = newest {
-                let horizon = newest - OVERLAP - OVERLAP;
-                self.sent.retain(|_, at| *at > horizon);
-            }
+            self.push(&changes);
         }
     }
 }

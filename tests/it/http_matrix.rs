@@ -105,6 +105,29 @@ fn expect(c: &Case) -> Expect {
                 Allowed(&[204])
             }
         }
+        ("GET", "/v1/callbacks") => {
+            if c.role < Role::Admin {
+                Forbidden
+            } else {
+                Allowed(&[200])
+            }
+        }
+        ("POST", "/v1/callbacks") => {
+            if c.role < Role::Admin || hidden {
+                Forbidden
+            } else {
+                Allowed(&[201])
+            }
+        }
+        ("POST", "/v1/callbacks/{id}/delete") => {
+            if c.role < Role::Admin {
+                Forbidden
+            } else if hidden {
+                NotFound
+            } else {
+                Allowed(&[204])
+            }
+        }
         (m, p) => panic!("the access matrix does not cover {m} {p}: add it"),
     }
 }
@@ -168,9 +191,14 @@ async fn every_v1_route_by_role_and_tenant() {
                         .id;
                     let victim = format!("victim-{n}");
                     token(&engine, &victim, Role::Viewer, Some(tenant)).await;
+                    // a subscription of the tenant, for the callback routes that act on one
+                    let id = match path.starts_with("/v1/callbacks/") {
+                        true => callback(&engine, tenant).await,
+                        false => job,
+                    };
                     let mut url = format!(
                         "{base}{}",
-                        path.replace("{id}", &job.to_string())
+                        path.replace("{id}", &id.to_string())
                             .replace("{name}", &victim)
                             .replace("{tenant}", tenant)
                             .replace("{username}", "alice")
@@ -181,6 +209,9 @@ async fn every_v1_route_by_role_and_tenant() {
                     let mut req = http.request(method.clone(), &url);
                     if path == &"/v1/tokens" && method == Method::POST {
                         req = req.json(&json!({"name": format!("new-{n}"), "role": "viewer", "tenant": tenant}));
+                    }
+                    if path == &"/v1/callbacks" && method == Method::POST {
+                        req = req.json(&json!({"url": "http://127.0.0.1:9/hook", "tenant": tenant}));
                     }
                     if path == &"/v1/jobs" && method == Method::POST {
                         req = req.json(&json!({"kind": "user.onboard", "tenant": tenant, "username": format!("u{n}")}));
@@ -236,6 +267,16 @@ async fn every_v1_route_by_role_and_tenant() {
     assert_eq!(names(&get("/v1/tenants").await["tenants"], "name"), ["tenant-a"]);
     assert_eq!(names(&get("/v1/drift").await["report"]["tenants"], "tenant"), ["tenant-a"]);
     stop.cancel();
+}
+
+async fn callback(engine: &onramp::engine::Engine, tenant: &str) -> i64 {
+    let new = onramp::engine::NewSubscription {
+        url: "http://127.0.0.1:9/hook".into(),
+        tenant: Some(tenant.into()),
+        events: onramp::engine::EventType::DEFAULT.to_vec(),
+        created_by: "test".into(),
+    };
+    engine.create_subscription(&new).await.unwrap().0.id
 }
 
 /// `path -> methods` from openapi.yaml, read line by line (the file keeps one style:

@@ -2,6 +2,7 @@
 
 mod authority;
 mod brake;
+mod callbacks;
 mod cli;
 mod common;
 mod corpus;
@@ -42,4 +43,5 @@ mod slurm;
 mod slurm_ssh;
 mod sshkey;
 mod storage;
+mod stream;
 mod telemetry;

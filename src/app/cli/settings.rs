@@ -92,6 +92,25 @@ pub struct WorkerArgs {
     /// How often workers prune by the two retention settings (also once at start); 0s: never.
     #[arg(long, env = "ONRAMP_RETENTION_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub retention_interval: Duration,
+    /// Longest one callback POST to a portal may take (connecting included).
+    #[arg(long, env = "ONRAMP_CALLBACK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub callback_timeout: Duration,
+    /// Attempts of one callback event before it is given up on (counted per subscription).
+    #[arg(long, env = "ONRAMP_CALLBACK_MAX_ATTEMPTS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
+    pub callback_max_attempts: u32,
+    /// Delay before a failed callback's first retry; doubled per attempt (jittered).
+    #[arg(long, env = "ONRAMP_CALLBACK_BACKOFF", default_value = "1s", value_parser = parse_duration)]
+    pub callback_backoff: Duration,
+    /// Longest delay between attempts of a callback, a receiver's Retry-After included.
+    #[arg(long, env = "ONRAMP_CALLBACK_MAX_BACKOFF", default_value = "10m", value_parser = parse_duration)]
+    pub callback_max_backoff: Duration,
+    /// How often workers look for new job events to deliver as callbacks.
+    #[arg(long, env = "ONRAMP_CALLBACK_POLL", default_value = "1s", value_parser = parse_duration)]
+    pub callback_poll: Duration,
+    /// How long callbacks wait for a job event whose id is missing (its transaction not yet
+    /// committed) before going on without it.
+    #[arg(long, env = "ONRAMP_CALLBACK_SETTLE", default_value = "30s", value_parser = parse_duration)]
+    pub callback_settle: Duration,
 }
 
 /// Authentik intake: the webhook, the API client, the tenant registry and reconcile. Enabled when
