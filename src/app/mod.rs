@@ -6,7 +6,11 @@ pub mod cli;
 pub mod db;
 pub mod dev;
 pub mod devpg;
+pub mod devworld;
 pub mod intake;
+pub mod jobs_view;
+pub mod login;
+pub mod output;
 pub mod retention;
 pub mod serve;
 pub mod settings;
@@ -80,6 +84,8 @@ pub fn run(cli: Cli) -> ExitCode {
     telemetry.shutdown();
     match result {
         Ok(code) => code,
+        // `onramp jobs show 9 | head -1`: the reader has what it wanted
+        Err(e) if output::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("onramp: {e:#}");
             ExitCode::FAILURE
