@@ -99,7 +99,7 @@ pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime)
             let _ = writeln!(o, "        error: {}", one_line(e));
         }
         if let Some(next) = r.next_run_at {
-            let _ = writeln!(o, "        next run at {}", stamp(next));
+            let _ = writeln!(o, "        next try at {}", clock(next));
         }
         for e in r.effects.as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
             let write = if e["write"].as_bool() == Some(true) { "+" } else { " " };
