@@ -17,7 +17,7 @@ pub struct PrivatePg {
 }
 
 const INSTALL_HINT: &str = "install the PostgreSQL server (Debian/Ubuntu: apt-get install postgresql; \
-     Fedora: dnf install postgresql-server; macOS: brew install postgresql), or set DATABASE_URL to an existing database";
+     Fedora: dnf install postgresql-server; macOS: brew install postgresql), or run onramp serve against an existing database";
 
 /// The directory holding `initdb` and `pg_ctl`.
 pub fn find_bin() -> anyhow::Result<PathBuf> {

@@ -48,10 +48,12 @@ pub fn list(jobs: &[Job], now: OffsetDateTime) -> String {
 pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "job {} · {} · {}", j.id, j.kind, j.subject);
-    let at = if j.state.is_closed() { "" } else { " at" };
-    let mut state = format!("{}{at} step {}", j.state, j.step);
-    if j.attempt > 0 {
-        let _ = write!(state, " (attempt {})", j.attempt);
+    let mut state = j.state.to_string();
+    if j.state != JobState::Succeeded {
+        let _ = write!(state, " at step {}", j.step);
+        if j.attempt > 0 {
+            let _ = write!(state, " (attempt {})", j.attempt);
+        }
     }
     if matches!(j.state, JobState::Waiting | JobState::Pending) && j.run_at > now {
         let _ = write!(state, ", runs again at {} (in {})", stamp(j.run_at), span(j.run_at - now));

@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let dev_world = cli.dev_world;
     let result = rt.block_on(async {
         let done = match cli.command {
             Command::Migrate(a) => {
@@ -87,7 +88,11 @@ pub fn run(cli: Cli) -> ExitCode {
         // `onramp jobs show 9 | head -1`: the reader has what it wanted
         Err(e) if output::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("onramp: {e:#}");
+            match dev_world {
+                // a dev that was killed leaves its settings behind: say where they came from
+                Some(dir) => eprintln!("onramp: {e:#} (with the settings of the onramp dev in {})", dir.display()),
+                None => eprintln!("onramp: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

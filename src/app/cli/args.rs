@@ -125,9 +125,11 @@ pub enum TenantAction {
 
 #[derive(Clone, Debug, Args)]
 pub struct DevArgs {
-    /// Where the private PostgreSQL keeps its data. `onramp dev` never uses another database:
-    /// it migrates, mints an admin token and runs a worker on simulated backends, which must not
-    /// touch a real onramp's jobs (DATABASE_URL is ignored).
+    /// dev's folder: the demo tenant registry, the settings the CLI finds while dev runs, and the
+    /// private PostgreSQL's data (as root, that data is in /var/tmp/onramp-dev-<hash of this
+    /// folder>, owned by postgres). `onramp dev` never uses another database: it migrates, mints an
+    /// admin token and runs a worker on simulated backends, which must not touch a real onramp's
+    /// jobs (DATABASE_URL is ignored).
     #[arg(long, env = "ONRAMP_DEV_DIR", default_value = ".onramp-dev")]
     pub dev_dir: PathBuf,
     /// Address the HTTP server listens on.

@@ -38,6 +38,9 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+    /// Not a flag: the folder of the running `onramp dev` whose settings this command uses.
+    #[arg(skip)]
+    pub dev_world: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -79,12 +82,15 @@ pub enum Command {
 /// On a mistake, prints one line naming the setting and exits with status 2.
 pub fn parse() -> Cli {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if let Err(e) = load_settings_file(&args).and_then(|()| secret_files::load()) {
-        eprintln!("onramp: {e}");
-        std::process::exit(2);
-    }
+    let dev_world = match load_settings_file(&args).and_then(|dev| secret_files::load().map(|()| dev)) {
+        Ok(dev) => dev,
+        Err(e) => {
+            eprintln!("onramp: {e}");
+            std::process::exit(2);
+        }
+    };
     match command().try_get_matches_from(&args).and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m)) {
-        Ok(cli) => cli,
+        Ok(cli) => Cli { dev_world, ..cli },
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!("onramp: {}", one_line(&e));
@@ -141,7 +147,9 @@ pub fn command() -> clap::Command {
     cmd.mut_subcommand("dev", |sub| sub.mut_arg("worker_listen", |a| a.hide(true)))
 }
 
-fn load_settings_file(args: &[OsString]) -> Result<(), String> {
+/// Loads `--config` (or `ONRAMP_CONFIG`), else the settings of a running `onramp dev` found from
+/// here (see `devworld`), whose folder it returns.
+fn load_settings_file(args: &[OsString]) -> Result<Option<PathBuf>, String> {
     let from_args = args.iter().enumerate().find_map(|(i, a)| {
         let a = a.to_str()?;
         if a == "--config" {
@@ -150,14 +158,15 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             a.strip_prefix("--config=").map(PathBuf::from)
         }
     });
-    let dev = || {
+    let mut dev_world = None;
+    let explicit = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from));
+    let Some(path) = explicit.or_else(|| {
         let cwd = std::env::current_dir().ok()?;
         let found = crate::app::devworld::settings_for(args, |k| std::env::var_os(k), &cwd)?;
-        eprintln!("onramp: using the running onramp dev of {}", found.display());
+        dev_world = found.parent().map(PathBuf::from);
         Some(found)
-    };
-    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)).or_else(dev) else {
-        return Ok(());
+    }) else {
+        return Ok(None);
     };
     for (k, v) in super::settings_file::read_settings_file(&path)? {
         if std::env::var_os(&k).is_none() {
@@ -165,7 +174,7 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             unsafe { std::env::set_var(k, v) };
         }
     }
-    Ok(())
+    Ok(dev_world)
 }
 
 /// clap's message without the usage block, plus the environment variable of the setting.
