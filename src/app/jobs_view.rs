@@ -55,7 +55,8 @@ pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime)
             let _ = write!(state, " (attempt {})", j.attempt);
         }
     }
-    if matches!(j.state, JobState::Waiting | JobState::Pending) && j.run_at > now {
+    let later = matches!(j.state, JobState::Waiting | JobState::Pending) && j.run_at > now;
+    if later {
         let _ = write!(state, ", runs again at {} (in {})", stamp(j.run_at), span(j.run_at - now));
     }
     let mut head = vec![("state", state)];
@@ -67,7 +68,8 @@ pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime)
         head.push(("approved by", by.clone()));
     }
     let why = reason(j);
-    if !why.is_empty() {
+    // a timer's reason is the state line's "runs again at"
+    if !why.is_empty() && !(later && j.last_error.is_none()) {
         head.push(("reason", why));
     } else if let Some(e) = &j.last_error {
         head.push(("last error", one_line(e)));
@@ -101,7 +103,7 @@ pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime)
             let _ = writeln!(o, "        error: {}", one_line(e));
         }
         if let Some(next) = r.next_run_at {
-            let _ = writeln!(o, "        next try at {}", clock(next));
+            let _ = writeln!(o, "        runs again at {}", clock(next));
         }
         for e in r.effects.as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
             let write = if e["write"].as_bool() == Some(true) { "+" } else { " " };

@@ -13,7 +13,7 @@ pub fn cli_actor() -> Actor {
 pub fn login_name() -> String {
     let uid = real_uid();
     name_from(|k| std::env::var(k).ok(), uid, std::fs::read_to_string("/etc/passwd").ok().as_deref())
-        .or_else(|| id_un())
+        .or_else(id_un)
         .unwrap_or_else(|| uid.map_or("uid-unknown".into(), |u| format!("uid{u}")))
 }
 
