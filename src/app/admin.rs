@@ -6,12 +6,14 @@ use serde_json::json;
 use crate::app::cli::{DoctorArgs, JobsAction, JobsArgs, ReconcileArgs, TokenAction, TokenArgs};
 use crate::app::db;
 use crate::app::intake::IntakeSetup;
+use crate::app::login::cli_actor;
 use crate::app::slurm_route::SlurmRoute;
 use crate::app::world::{Parts, World};
+use crate::app::{jobs_view, output};
 use crate::backends::slurm;
 use crate::backends::slurm::{HostPath, SlurmCli};
 use crate::domain::names::{ClusterName, TenantName};
-use crate::engine::{Actor, Engine, JobFilter, JobState};
+use crate::engine::{Engine, JobFilter, JobState};
 use crate::flows;
 use crate::http::access::{self, Role};
 
@@ -19,31 +21,41 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
     let engine = World::build(pool, Parts::default()).engine;
     let actor = cli_actor();
-    let out = match args.action {
-        JobsAction::List { state, limit } => {
+    let now = time::OffsetDateTime::now_utc();
+    let (job, json) = match args.action {
+        JobsAction::List { state, limit, json } => {
             let state = state.as_deref().map(str::parse::<JobState>).transpose().map_err(anyhow::Error::msg)?;
             let jobs = engine.list(&JobFilter { state, limit, ..Default::default() }).await?;
-            for j in &jobs {
-                println!(
-                    "{:>8}  {:<15} {:<20} {:<30} step {} (attempt {})",
-                    j.id, j.state, j.kind, j.subject, j.step, j.attempt
-                );
+            if !json {
+                return output::print(&jobs_view::list(&jobs, now));
             }
-            return Ok(());
+            let rows: Vec<_> = jobs
+                .iter()
+                .map(|j| {
+                    let mut v = serde_json::to_value(j)?;
+                    v["reason"] = json!(jobs_view::reason(j));
+                    Ok(v)
+                })
+                .collect::<serde_json::Result<_>>()?;
+            return output::line(&serde_json::to_string_pretty(&json!({ "jobs": rows }))?);
         }
-        JobsAction::Show { id } => json!({
-            "job": engine.job(id).await?,
-            "steps": engine.step_runs(id).await?,
-            "events": engine.events(id).await?,
-        }),
-        JobsAction::Cancel { id, reason } => {
-            json!(engine.cancel(id, &actor, reason.as_deref()).await?)
+        JobsAction::Show { id, json } => {
+            let (job, runs, events) = (engine.job(id).await?, engine.step_runs(id).await?, engine.events(id).await?);
+            if !json {
+                return output::print(&jobs_view::show(&job, &runs, &events, now));
+            }
+            let all = json!({ "job": job, "steps": runs, "events": events });
+            return output::line(&serde_json::to_string_pretty(&all)?);
         }
-        JobsAction::Retry { id } => json!(engine.retry(id, &actor).await?),
-        JobsAction::Approve { id } => json!(engine.approve(id, &actor).await?),
+        JobsAction::Cancel { id, reason, json } => (engine.cancel(id, &actor, reason.as_deref()).await?, json),
+        JobsAction::Retry { id, json } => (engine.retry(id, &actor).await?, json),
+        JobsAction::Approve { id, json } => (engine.approve(id, &actor).await?, json),
     };
-    println!("{}", serde_json::to_string_pretty(&out).context("printing")?);
-    Ok(())
+    if json {
+        return output::line(&serde_json::to_string_pretty(&job).context("printing")?);
+    }
+    let at = if job.state.is_closed() { String::new() } else { format!(" at step {}", job.step) };
+    output::line(&format!("job {} ({} {}) is {}{at}, by {actor}", job.id, job.kind, job.subject, job.state))
 }
 
 pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
@@ -62,12 +74,17 @@ pub async fn tokens(args: TokenArgs) -> anyhow::Result<()> {
             let expires_at = expires.map(|d| time::OffsetDateTime::now_utc() + d);
             let token = access::create(&pool, &name, role, tenant.as_ref(), expires_at, &cli_actor()).await?;
             eprintln!("onramp: created {role} token {name:?}; it is shown once:");
-            println!("{}", token.expose());
+            output::line(token.expose())?;
         }
         TokenAction::List => {
             for t in access::list(&pool).await? {
                 let state = if t.revoked_at.is_some() { "revoked" } else { "active" };
-                println!("{:<24} {:<9} {:<20} {state}", t.name, t.role, t.tenant.as_deref().unwrap_or("(all tenants)"));
+                output::line(&format!(
+                    "{:<24} {:<9} {:<20} {state}",
+                    t.name,
+                    t.role,
+                    t.tenant.as_deref().unwrap_or("(all tenants)")
+                ))?;
             }
         }
         TokenAction::Revoke { name } => {
@@ -85,7 +102,7 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     })?;
     let pool = db::connect(&args.db.database_url, 2).await?;
     let engine = Engine::new(pool, flows::declare_all(flows::registry()));
-    let actor = Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()));
+    let actor = cli_actor();
     let cause = format!("onramp reconcile by {actor}");
     let job = match (&args.tenant, args.user) {
         (Some(t), _) => {
@@ -96,17 +113,13 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
         (None, None) => crate::flows::reconcile::full_job(actor, &cause),
     };
     let e = engine.enqueue(&[job]).await?[0];
-    println!("{} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
+    output::line(&format!("{} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id))?;
     if args.wait {
         loop {
             let j = engine.job(e.id).await?;
             if matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled" | "needs_approval") {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &json!({ "state": j.state, "outputs": j.outputs, "error": j.last_error })
-                    )?
-                );
+                let decision = json!({ "state": j.state, "outputs": j.outputs, "error": j.last_error });
+                output::line(&serde_json::to_string_pretty(&decision)?)?;
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -129,12 +142,8 @@ pub async fn tenant(args: crate::app::cli::TenantArgs) -> anyhow::Result<()> {
     let engine = Engine::new(pool, flows::declare_all(flows::registry()));
     let j = Input { tenant: tenant.clone(), hard_cutoff }.job(kind, cli_actor());
     let e = engine.enqueue(&[j]).await?[0];
-    println!("{} {kind} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id);
+    output::line(&format!("{} {kind} job {}", if e.created { "enqueued" } else { "already pending:" }, e.id))?;
     Ok(())
-}
-
-fn cli_actor() -> Actor {
-    Actor::cli(&std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
 }
 
 /// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.
@@ -157,9 +166,9 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> 
         .await
         .with_context(|| format!("reading the Slurm configuration over {}", route.describe(&k8s_settings)))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).context("printing")?);
+        output::line(&serde_json::to_string_pretty(&report).context("printing")?)?;
     } else {
-        print!("{}", slurm::doctor::render(&report));
+        output::print(&slurm::doctor::render(&report))?;
     }
     if report.cluster != args.slurm.slurm_cluster {
         eprintln!(
@@ -199,9 +208,9 @@ pub async fn plan(args: crate::app::cli::PlanArgs) -> anyhow::Result<()> {
     };
     let p = plan::plan(&req, &backends.dry(), tenants, authentik).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&p)?);
+        output::line(&serde_json::to_string_pretty(&p)?)?;
     } else {
-        print!("{}", p.text());
+        output::print(&p.text())?;
     }
     anyhow::ensure!(p.stopped.is_none(), "the plan stops before the flow's end: {}", p.stopped.unwrap_or_default());
     Ok(())

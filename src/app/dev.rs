@@ -9,6 +9,8 @@ use anyhow::Context;
 
 use crate::app::cli::DevArgs;
 use crate::app::devpg::PrivatePg;
+use crate::app::{devworld, output};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::app::db;
@@ -29,14 +31,17 @@ use crate::flows::{self, selftest};
 use crate::intake::{SigningSecret, WebhookAuth};
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    if std::env::var_os("DATABASE_URL").is_some() {
+    let pg = PrivatePg::start(&args.dev_dir).await?;
+    // the `export` line dev prints sets DATABASE_URL to dev's own database: no need to warn then
+    if std::env::var("DATABASE_URL").is_ok_and(|u| u != pg.url.expose()) {
         eprintln!(
             "onramp dev: ignoring DATABASE_URL: dev runs only on its own private PostgreSQL (its worker's backends \
              are simulated and would mark a real onramp's jobs done); use onramp serve for a real database"
         );
     }
-    let pg = PrivatePg::start(&args.dev_dir).await?;
-    let result = run(&args, &pg).await;
+    let dir = args.dev_dir.canonicalize()?;
+    let result = run(&args, &pg, &dir).await;
+    let _ = std::fs::remove_file(dir.join(devworld::ENV_FILE));
     pg.stop().await?;
     eprintln!("onramp dev: stopped the private PostgreSQL");
     result
@@ -122,7 +127,10 @@ async fn print_effects(log: EffectLog) {
     loop {
         for e in log.since(seen) {
             seen += 1;
-            println!("[dry-run] {} {:<14} {}", if e.write { "+" } else { " " }, e.system, e.call);
+            let line = format!("[dry-run] {} {:<14} {}", if e.write { "+" } else { " " }, e.system, e.call);
+            if output::line(&line).is_err() {
+                return; // nobody reads them any more
+            }
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
@@ -151,9 +159,11 @@ async fn sample_webhook(addr: std::net::SocketAddr) -> anyhow::Result<u16> {
     Ok(res.status().as_u16())
 }
 
-async fn run(args: &DevArgs, pg: &PrivatePg) -> anyhow::Result<()> {
+async fn run(args: &DevArgs, pg: &PrivatePg, dir: &Path) -> anyhow::Result<()> {
     let pool = db::connect(&pg.url, 16).await?;
     db::migrate(&pool).await?;
+    let tenants = dir.join(devworld::TENANTS_FILE);
+    std::fs::write(&tenants, DEV_TENANTS).with_context(|| format!("writing {}", tenants.display()))?;
     let log = EffectLog::default();
     let world = World::build(pool, dry_cluster(&log).await?).with_retention(Retention::from_args(&args.worker)?);
     let engine = world.engine.clone();
@@ -172,29 +182,54 @@ async fn run(args: &DevArgs, pg: &PrivatePg) -> anyhow::Result<()> {
         &Actor::cli("dev"),
     )
     .await?;
-    let db_line = format!("a private PostgreSQL in {} (stopped with onramp)", pg.data_dir().display());
-    println!(
-        "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  database:  {db_line}\n  API token: {t}\n\n\
-         The cluster is simulated (a dry run: every command and request is printed with [dry-run], nothing runs).\n\
-         Tenant demo exists; in Authentik alice and bob are in its group, dave left it. The full reconcile at start\n\
-         onboards alice and bob and offboards dave (his hard cutoff is not needed; his retention is 2 minutes); a\n\
-         signed webhook about alice goes through the real intake. Engine samples {samples:?} show a timer, retries\n\
-         and an approval. Try:\n\
-         \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs\
-         \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}\
-         \n  curl -s -X POST -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs/{last}/approve\n\nCtrl-C stops everything.\n",
-        t = token.expose(),
-        last = samples.last().copied().unwrap_or(1),
-    );
+    let env_file = dir.join(devworld::ENV_FILE);
+    std::fs::write(&env_file, devworld::env_file(pg.url.expose(), &tenants))
+        .with_context(|| format!("writing {}", env_file.display()))?;
+    let banner = Banner { addr, token: token.expose(), url: pg.url.expose(), data: pg.data_dir(), tenants: &tenants };
+    output::print(&banner.text(samples.last().copied().unwrap_or(1), &samples))?;
     tokio::spawn(print_effects(log));
     tokio::spawn(async move {
         match sample_webhook(addr).await {
-            Ok(status) => println!("[dev] sample webhook (alice updated) answered {status}"),
+            Ok(status) => drop(output::line(&format!("[dev] sample webhook (alice updated) answered {status}"))),
             Err(e) => eprintln!("[dev] sample webhook failed: {e:#}"),
         }
     });
     let worker = worker_config(&args.worker);
     world.run(Some(listener), Some(worker), shutdown_on_signal()).await
+}
+
+/// What dev prints at start, for the terminal (the dev-only token included): where everything is,
+/// how to point the CLI at it, and what to try.
+struct Banner<'a> {
+    addr: std::net::SocketAddr,
+    token: &'a str,
+    url: &'a str,
+    data: &'a Path,
+    tenants: &'a Path,
+}
+
+impl Banner<'_> {
+    fn text(&self, last: i64, samples: &[i64]) -> String {
+        let Self { addr, token: t, url, data, tenants } = self;
+        let (data, tenants) = (data.display(), tenants.display());
+        format!(
+            "\nonramp dev is running at http://{addr}\n  dashboard: http://{addr}/dashboard (sign in with the token)\n  \
+             API token: {t}\n  database:  {url}\n  data:      {data} (a private PostgreSQL, stopped with onramp)\n  \
+             registry:  {tenants} (tenant demo)\n\n\
+             The cluster is simulated (a dry run: every command and request is printed with [dry-run], nothing runs).\n\
+             Tenant demo exists; in Authentik alice and bob are in its group, dave left it. The full reconcile at start\n\
+             onboards alice and bob and offboards dave (his hard cutoff is not needed; his retention is 2 minutes); a\n\
+             signed webhook about alice goes through the real intake. Engine samples {samples:?} show a timer, retries\n\
+             and an approval.\n\n\
+             The CLI finds this dev world by itself in this folder and below it; elsewhere, first:\n\n  \
+             export DATABASE_URL={url} ONRAMP_TENANTS={tenants}\n\nTry:\n\
+             \n  onramp jobs list\
+             \n  onramp jobs show {last}\
+             \n  onramp jobs approve {last}\
+             \n  onramp plan user.onboard --tenant demo --user alice\
+             \n  curl -s -H 'Authorization: Bearer {t}' http://{addr}/v1/jobs\n\nCtrl-C stops everything.\n"
+        )
+    }
 }
 
 /// A few jobs that show the engine's mechanics; each only once while it is unfinished.

@@ -17,7 +17,7 @@ pub struct PrivatePg {
 }
 
 const INSTALL_HINT: &str = "install the PostgreSQL server (Debian/Ubuntu: apt-get install postgresql; \
-     Fedora: dnf install postgresql-server; macOS: brew install postgresql), or set DATABASE_URL to an existing database";
+     Fedora: dnf install postgresql-server; macOS: brew install postgresql), or run onramp serve against an existing database";
 
 /// The directory holding `initdb` and `pg_ctl`.
 pub fn find_bin() -> anyhow::Result<PathBuf> {
@@ -52,14 +52,51 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Where the data lives when the server runs as `user` (onramp runs as root): PostgreSQL refuses
+/// root, and `user` often cannot reach the dev folder (root's home is mode 0700 in most
+/// containers). So the data goes to /var/tmp/onramp-dev-<hash of the dev folder>, owned by `user`,
+/// mode 0700, and the next start from the same folder finds it again.
+async fn shared_home(dev_dir: &Path, user: &str) -> anyhow::Result<PathBuf> {
+    use sha2::Digest;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let hash = sha2::Sha256::digest(dev_dir.as_os_str().as_encoded_bytes());
+    let hex: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let home = PathBuf::from(format!("/var/tmp/onramp-dev-{hex}"));
+    let out = Command::new("id").args(["-u", user]).output().await.context("running id")?;
+    let Some(uid) = String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().ok().filter(|_| out.status.success())
+    else {
+        bail!("running as root, and the user {user:?} (to run PostgreSQL as) is missing: {INSTALL_HINT}");
+    };
+    match std::fs::symlink_metadata(&home) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir(&home).with_context(|| format!("creating {}", home.display()))?;
+            std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700))?;
+            let ok = Command::new("chown").arg(user).arg(&home).status().await?.success();
+            anyhow::ensure!(ok, "cannot give {} to the user {user:?}", home.display());
+        }
+        Err(e) => return Err(e).with_context(|| format!("looking at {}", home.display())),
+        // someone else's directory (or a link) at that name is not used
+        Ok(m) if !m.is_dir() || m.uid() != uid => bail!(
+            "{} is not a directory of the user {user:?}: remove it, or run onramp dev as a user other than root",
+            home.display()
+        ),
+        Ok(_) => {}
+    }
+    Ok(home)
+}
+
 impl PrivatePg {
     /// Initializes the data directory on first use, then starts the server (or adopts the one
     /// already running there).
     pub async fn start(dir: &Path) -> anyhow::Result<Self> {
         let bin = find_bin()?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let data = dir.canonicalize()?.join("postgres");
+        let dir = dir.canonicalize()?;
         let run_as = is_root().then(|| "postgres".to_string());
+        let data = match &run_as {
+            None => dir.join("postgres"),
+            Some(user) => shared_home(&dir, user).await?.join("postgres"),
+        };
         let mut pg = Self { data, bin, run_as, url: Secret::new("") };
         if !pg.data.join("PG_VERSION").exists() {
             pg.init().await?;
@@ -122,6 +159,10 @@ impl PrivatePg {
             }
             None => Command::new(exe),
         };
+        if self.run_as.is_some() {
+            // the server's user may not be allowed into the current directory
+            c.current_dir("/");
+        }
         // its own process group: Ctrl-C in the terminal reaches onramp, which then stops the server in order
         c.args(args).process_group(0);
         c

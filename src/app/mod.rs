@@ -6,7 +6,11 @@ pub mod cli;
 pub mod db;
 pub mod dev;
 pub mod devpg;
+pub mod devworld;
 pub mod intake;
+pub mod jobs_view;
+pub mod login;
+pub mod output;
 pub mod retention;
 pub mod serve;
 pub mod settings;
@@ -57,6 +61,7 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let dev_world = cli.dev_world;
     let result = rt.block_on(async {
         let done = match cli.command {
             Command::Migrate(a) => {
@@ -80,8 +85,14 @@ pub fn run(cli: Cli) -> ExitCode {
     telemetry.shutdown();
     match result {
         Ok(code) => code,
+        // `onramp jobs show 9 | head -1`: the reader has what it wanted
+        Err(e) if output::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("onramp: {e:#}");
+            match dev_world {
+                // a dev that was killed leaves its settings behind: say where they came from
+                Some(dir) => eprintln!("onramp: {e:#} (with the settings of the onramp dev in {})", dir.display()),
+                None => eprintln!("onramp: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

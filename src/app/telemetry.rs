@@ -114,11 +114,18 @@ impl Drop for Telemetry {
     }
 }
 
+/// Colours in text logs only on a terminal, and not when `NO_COLOR` is set (https://no-color.org):
+/// a log file or a collector gets plain text.
+fn colours(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Installs logging, and trace export when `otel` is given.
 pub fn init(filter: &str, format: LogFormat, otel: Option<&OtelSettings>) -> Result<Telemetry, String> {
     let filter =
         EnvFilter::try_new(filter).map_err(|e| format!("invalid --log filter {filter:?} (ONRAMP_LOG): {e}"))?;
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let ansi = colours(std::io::IsTerminal::is_terminal(&std::io::stderr()), std::env::var_os("NO_COLOR"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
@@ -143,6 +150,14 @@ mod tests {
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some("".into())));
+        assert!(!colours(true, Some("1".into())));
+        assert!(!colours(false, None));
     }
 
     #[test]

@@ -125,9 +125,11 @@ pub enum TenantAction {
 
 #[derive(Clone, Debug, Args)]
 pub struct DevArgs {
-    /// Where the private PostgreSQL keeps its data. `onramp dev` never uses another database:
-    /// it migrates, mints an admin token and runs a worker on simulated backends, which must not
-    /// touch a real onramp's jobs (DATABASE_URL is ignored).
+    /// dev's folder: the demo tenant registry, the settings the CLI finds while dev runs, and the
+    /// private PostgreSQL's data (as root, that data is in /var/tmp/onramp-dev-<hash of this
+    /// folder>, owned by postgres). `onramp dev` never uses another database: it migrates, mints an
+    /// admin token and runs a worker on simulated backends, which must not touch a real onramp's
+    /// jobs (DATABASE_URL is ignored).
     #[arg(long, env = "ONRAMP_DEV_DIR", default_value = ".onramp-dev")]
     pub dev_dir: PathBuf,
     /// Address the HTTP server listens on.
@@ -147,27 +149,51 @@ pub struct JobsArgs {
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum JobsAction {
-    /// List the newest jobs.
+    /// List the newest jobs: id, state, kind, subject, step, age and why the job is where it is.
     List {
-        /// Only jobs in this state.
+        /// Only jobs in this state (pending, running, waiting, needs_approval, failed, succeeded,
+        /// cancelled).
         #[arg(long)]
         state: Option<String>,
-        /// How many.
-        #[arg(long, default_value_t = 50)]
+        /// How many (1 to 500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
         limit: u32,
+        /// Print the jobs as JSON, each with its `reason`.
+        #[arg(long)]
+        json: bool,
     },
-    /// Show one job with its steps, attempts and audit trail.
-    Show { id: i64 },
+    /// Show one job: its steps with their attempts, outcomes, errors and effects, and its audit
+    /// trail.
+    Show {
+        id: i64,
+        /// Print the job, its attempts and its audit trail as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel an unfinished job.
     Cancel {
         id: i64,
+        /// Recorded in the audit trail.
         #[arg(long)]
         reason: Option<String>,
+        /// Print the job as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a failed job again from the step that failed.
-    Retry { id: i64 },
+    Retry {
+        id: i64,
+        /// Print the job as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Approve the step a job is waiting on.
-    Approve { id: i64 },
+    Approve {
+        id: i64,
+        /// Print the job as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Debug, Args)]

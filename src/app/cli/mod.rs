@@ -38,6 +38,9 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+    /// Not a flag: the folder of the running `onramp dev` whose settings this command uses.
+    #[arg(skip)]
+    pub dev_world: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,6 +71,9 @@ pub enum Command {
     Doctor(Box<DoctorArgs>),
     /// Print every command and API request a flow would make, in order, with its waits, without
     /// doing anything (the flow's own steps, run against a simulation).
+    #[command(
+        after_help = "The plan's commands follow the backend settings of `onramp serve` (Kubernetes, storage, notifications, Slurm, the flows' waits; see `onramp serve --help`), read from the same environment or settings file."
+    )]
     Plan(Box<PlanArgs>),
 }
 
@@ -76,12 +82,15 @@ pub enum Command {
 /// On a mistake, prints one line naming the setting and exits with status 2.
 pub fn parse() -> Cli {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if let Err(e) = load_settings_file(&args).and_then(|()| secret_files::load()) {
-        eprintln!("onramp: {e}");
-        std::process::exit(2);
-    }
-    match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
+    let dev_world = match load_settings_file(&args).and_then(|dev| secret_files::load().map(|()| dev)) {
+        Ok(dev) => dev,
+        Err(e) => {
+            eprintln!("onramp: {e}");
+            std::process::exit(2);
+        }
+    };
+    match command().try_get_matches_from(&args).and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m)) {
+        Ok(cli) => Cli { dev_world, ..cli },
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!("onramp: {}", one_line(&e));
@@ -90,7 +99,57 @@ pub fn parse() -> Cli {
     }
 }
 
-fn load_settings_file(args: &[OsString]) -> Result<(), String> {
+/// The command line as `--help` shows it: each command lists the settings it uses. Some groups
+/// of settings are shared (the intake's, the backends'); a command that takes a group but does not
+/// use all of it still accepts the rest (one settings file serves every command) without listing it.
+pub fn command() -> clap::Command {
+    let intake_only_serve: &[&str] = &[
+        "webhook_secrets",
+        "webhook_tokens",
+        "webhook_tolerance",
+        "webhook_max_body",
+        "webhook_settle",
+        "webhook_max_diff_users",
+        "webhook_writers",
+        "webhook_batch",
+        "reconcile_interval",
+        "brake_min_users",
+        "brake_max_percent",
+        "brake_window",
+    ];
+    let k8s_not_for_doctor: &[&str] = &[
+        "home_root",
+        "skel_dir",
+        "authorized_keys_dir",
+        "login_run_as",
+        "smoke_gres",
+        "manage_keys",
+        "slurm_cluster_resource",
+        "reservation_resource",
+        "slurm_batch_window",
+    ];
+    let backends = <BackendArgs as clap::Args>::augment_args(clap::Command::new("backends"));
+    let backends: Vec<&str> = backends.get_arguments().map(|a| a.get_id().as_str()).collect();
+    let pool = &["db_pool_size"][..];
+    let unused: [(&str, Vec<&str>); 7] = [
+        ("migrate", pool.to_vec()),
+        ("jobs", pool.to_vec()),
+        ("token", pool.to_vec()),
+        ("tenant", pool.to_vec()),
+        ("reconcile", [pool, intake_only_serve].concat()),
+        ("doctor", k8s_not_for_doctor.to_vec()),
+        ("plan", [intake_only_serve, &backends].concat()),
+    ];
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    for (name, ids) in unused {
+        cmd = cmd.mut_subcommand(name, |sub| ids.iter().fold(sub, |sub, id| sub.mut_arg(*id, |a| a.hide(true))));
+    }
+    cmd.mut_subcommand("dev", |sub| sub.mut_arg("worker_listen", |a| a.hide(true)))
+}
+
+/// Loads `--config` (or `ONRAMP_CONFIG`), else the settings of a running `onramp dev` found from
+/// here (see `devworld`), whose folder it returns.
+fn load_settings_file(args: &[OsString]) -> Result<Option<PathBuf>, String> {
     let from_args = args.iter().enumerate().find_map(|(i, a)| {
         let a = a.to_str()?;
         if a == "--config" {
@@ -99,8 +158,15 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             a.strip_prefix("--config=").map(PathBuf::from)
         }
     });
-    let Some(path) = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from)) else {
-        return Ok(());
+    let mut dev_world = None;
+    let explicit = from_args.or_else(|| std::env::var_os("ONRAMP_CONFIG").map(PathBuf::from));
+    let Some(path) = explicit.or_else(|| {
+        let cwd = std::env::current_dir().ok()?;
+        let found = crate::app::devworld::settings_for(args, |k| std::env::var_os(k), &cwd)?;
+        dev_world = found.parent().map(PathBuf::from);
+        Some(found)
+    }) else {
+        return Ok(None);
     };
     for (k, v) in super::settings_file::read_settings_file(&path)? {
         if std::env::var_os(&k).is_none() {
@@ -108,7 +174,7 @@ fn load_settings_file(args: &[OsString]) -> Result<(), String> {
             unsafe { std::env::set_var(k, v) };
         }
     }
-    Ok(())
+    Ok(dev_world)
 }
 
 /// clap's message without the usage block, plus the environment variable of the setting.
@@ -156,6 +222,8 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+        // every setting left out of a command's help is one of its settings
+        command().debug_assert();
     }
 
     #[test]
