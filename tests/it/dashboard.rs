@@ -112,6 +112,8 @@ async fn fits(c: &Client, name: &str, ready: &str) {
         };
         let (scroll, inner) = eventually(Duration::from_secs(10), &format!("{name} at {w} px"), size).await;
         assert!(scroll <= inner, "{name} at {w} px: the page is {scroll} px wide in a {inner} px window");
+        let show = "document.querySelector(arguments[0]).scrollIntoView({block: 'center'})";
+        c.execute(show, vec![json!(ready)]).await.unwrap();
         std::fs::write(dir.join(format!("{name}-{w}.png")), c.screenshot().await.unwrap()).unwrap();
     }
 }
@@ -368,6 +370,7 @@ async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
         (ok || err.is_some_and(|e| e.starts_with("Could not load the users of foo: "))).then_some(())
     })
     .await;
+    fits(&c, "users-or-error", "[data-testid=users], [data-testid=users-error]").await;
     c.close().await.unwrap();
     w.shutdown().await;
 }

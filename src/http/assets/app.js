@@ -178,7 +178,7 @@ const ADMIN_APPROVALS = ["user.offboard", "tenant.offboard"];
 function approvalEffect(job) {
   const [tenant, user] = job.subject.split("/");
   if (job.kind === "user.offboard")
-    return `Approve the hard cutoff of ${user} in ${tenant}: cancels all of ${user}'s running Slurm jobs now; the offboarding then blocks ${user}'s login and, after the retention period, snapshots ${user}'s home and deletes ${user}'s Slurm association.`;
+    return `Approve the hard cutoff of ${user} in ${tenant}: cancels all of ${user}'s running Slurm jobs now; the offboarding then disables ${user}'s login and, after the retention period, snapshots ${user}'s home and deletes ${user}'s Slurm association.`;
   if (job.kind === "tenant.offboard" && job.step === "confirm")
     return `Approve the offboarding of tenant ${tenant}: blocks its accounts, deletes its Slurm cluster and releases its nodes, and deletes its accounts after the retention period.`;
   if (job.kind === "tenant.offboard")
