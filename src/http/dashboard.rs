@@ -9,6 +9,7 @@ use super::{Route, route};
 
 const INDEX: &str = include_str!("assets/index.html");
 const SCRIPT: &str = include_str!("assets/app.js");
+const VIEWS: &str = include_str!("assets/views.js");
 const STYLE: &str = include_str!("assets/app.css");
 
 pub fn routes() -> Vec<Route> {
@@ -16,6 +17,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/", || async { Redirect::to("/dashboard") }),
         route(Method::GET, "/dashboard", || async { asset("text/html; charset=utf-8", INDEX) }),
         route(Method::GET, "/dashboard/app.js", || async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        route(Method::GET, "/dashboard/views.js", || async { asset("text/javascript; charset=utf-8", VIEWS) }),
         route(Method::GET, "/dashboard/app.css", || async { asset("text/css; charset=utf-8", STYLE) }),
     ]
 }

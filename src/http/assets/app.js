@@ -1,5 +1,7 @@
-// onramp dashboard: jobs list with live updates, job detail with retry/cancel/approve, tenants.
-// Everything comes from /v1 with the bearer token kept in this tab's sessionStorage.
+// onramp dashboard: jobs list with live updates, job detail with retry/cancel/approve (by role,
+// with a confirmation that names the effect), routing and the live stream. The tenants and users
+// views are in views.js. Everything comes from /v1 with the bearer token kept in this tab's
+// sessionStorage.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -7,7 +9,7 @@ const el = (tag, attrs = {}, ...kids) => {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== null && v !== undefined) e.setAttribute(k, v);
+    else if (v !== null && v !== undefined && v !== false) e.setAttribute(k, v);
   }
   for (const k of kids.flat()) e.append(k instanceof Node ? k : document.createTextNode(k ?? ""));
   return e;
@@ -15,27 +17,58 @@ const el = (tag, attrs = {}, ...kids) => {
 const token = () => sessionStorage.getItem("onramp-token") || "";
 const CLOSED = ["succeeded", "cancelled"];
 
+// who is signed in (from /v1/whoami): the buttons shown follow the role
+let me = { token: "", role: "viewer", tenant: null };
+const RANK = { viewer: 0, operator: 1, admin: 2 };
+const atLeast = (role) => (RANK[me.role] ?? -1) >= RANK[role];
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
 async function api(path, opts = {}) {
   const res = await fetch(path, { ...opts, headers: { Authorization: `Bearer ${token()}`, ...(opts.headers || {}) } });
-  if (res.status === 401) { showLogin("The token was refused."); throw new Error("unauthorized"); }
-  const body = res.headers.get("content-type")?.includes("json") ? await res.json() : null;
-  if (!res.ok) throw new Error(body?.detail || `${res.status} ${res.statusText}`);
+  if (res.status === 401) { showLogin("The token was refused."); throw new ApiError(401, "unauthorized"); }
+  const body = res.headers.get("content-type")?.includes("json") ? await res.json().catch(() => null) : null;
+  if (!res.ok) throw new ApiError(res.status, `${res.status} ${res.statusText || ""}`.trim() + (body?.detail ? `: ${body.detail}` : body?.title ? `: ${body.title}` : ""));
   return body;
 }
 
+// ---- times: relative, re-rendered every few seconds ----
 function ago(ts) {
   if (!ts) return "";
   const s = Math.round((Date.now() - new Date(ts)) / 1000);
-  const abs = Math.abs(s);
-  const txt = abs < 60 ? `${abs}s` : abs < 3600 ? `${Math.round(abs / 60)}m` : abs < 86400 ? `${Math.round(abs / 3600)}h` : `${Math.round(abs / 86400)}d`;
+  const a = Math.abs(s);
+  const txt = a < 60 ? `${a} s` : a < 3600 ? `${Math.floor(a / 60)} min` : a < 86400 ? `${Math.floor(a / 3600)} h` : `${Math.floor(a / 86400)} d`;
   return s >= 0 ? `${txt} ago` : `in ${txt}`;
 }
+const when = (ts, prefix = "") =>
+  ts ? el("time", { class: "ago", datetime: ts, title: ts, "data-prefix": prefix }, prefix + ago(ts)) : "";
+setInterval(() => document.querySelectorAll("time.ago").forEach((t) => {
+  t.textContent = t.dataset.prefix + ago(t.getAttribute("datetime"));
+}), 5000);
+
 const badge = (state) => el("span", { class: `badge s-${state}`, "data-testid": "state" }, state.replace("_", " "));
 function next(job) {
-  if (job.state === "pending" || job.state === "waiting") return ago(job.run_at);
-  if (job.state === "running") return `lease ${ago(job.run_at)}`;
+  if (job.state === "pending" || job.state === "waiting") return when(job.run_at);
+  if (job.state === "running") return when(job.run_at, "lease ");
   return "";
 }
+
+// Why a job is where it is: the approval it waits for, the error it failed or retries with.
+function reason(job) {
+  switch (job.state) {
+    case "needs_approval": return { cls: "waiting", text: `waiting for approval: ${job.last_error || `step ${job.step}`}` };
+    case "failed": return { cls: "error", text: `failed at ${job.step}: ${job.last_error || "no error recorded"}` };
+    case "succeeded": case "cancelled": return null;
+    default: // an approval's reason stays in last_error after it was given: not an error
+      return job.last_error && !job.approved_by
+        ? { cls: "error", text: `retrying ${job.step} (attempt ${job.attempt}): ${job.last_error}` } : null;
+  }
+}
+const reasonEl = (job) => {
+  const r = reason(job);
+  return r ? el("span", { class: r.cls, "data-testid": "reason" }, r.text) : "";
+};
 
 // ---- login ----
 function showLogin(msg) {
@@ -82,36 +115,41 @@ async function stream() {
   }
 }
 
-// ---- jobs list ----
+// ---- jobs list (rows are links: open in a new tab works) ----
+const td = (label, attrs, ...kids) => el("td", { "data-label": label, ...attrs }, ...kids);
+const JOB_COLUMNS = ["Job", "State", "Kind", "Subject", "Step", "Reason", "Attempt", "Next", "Age"];
+const HIDE_SM = ["Attempt", "Next"];
 function jobRow(job) {
-  return el("tr", { class: "job", "data-job": job.id, onclick: () => (location.hash = `#/jobs/${job.id}`) },
-    el("td", {}, `#${job.id}`), el("td", {}, badge(job.state)), el("td", { class: "hide-sm" }, job.kind),
-    el("td", {}, job.subject), el("td", { "data-testid": "step" }, job.step),
-    el("td", { class: "hide-sm" }, String(job.attempt)), el("td", { class: "hide-sm" }, next(job)),
-    el("td", { class: "hide-sm muted" }, ago(job.created_at)));
+  return el("tr", { class: "job", "data-job": job.id },
+    td("Job", {}, el("a", { class: "row-link", href: `#/jobs/${job.id}` }, `#${job.id}`)),
+    td("State", {}, badge(job.state)), td("Kind", {}, job.kind), td("Subject", { class: "wrap" }, job.subject),
+    td("Step", { "data-testid": "step" }, job.step), td("Reason", { class: "reason" }, reasonEl(job)),
+    td("Attempt", { class: "hide-sm" }, String(job.attempt)), td("Next", { class: "hide-sm" }, next(job)),
+    td("Age", { class: "muted" }, when(job.created_at)));
 }
+const jobTable = (tbody) => el("table", { class: "stack jobs" },
+  el("thead", {}, el("tr", {}, ...JOB_COLUMNS.map((h) => el("th", { class: HIDE_SM.includes(h) ? "hide-sm" : null }, h)))), tbody);
 
 async function jobsView(attention) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const form = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); const p = new URLSearchParams(new FormData(form)); for (const [k, v] of [...p]) if (!v) p.delete(k); location.hash = `#/jobs?${p}`; } },
     el("select", { name: "state", "aria-label": "state" }, el("option", { value: "" }, "any state"),
-      ...["pending", "running", "waiting", "needs_approval", "failed", "succeeded", "cancelled"].map((s) => el("option", { value: s, ...(params.get("state") === s ? { selected: "" } : {}) }, s))),
+      ...["pending", "running", "waiting", "needs_approval", "failed", "succeeded", "cancelled"].map((s) => el("option", { value: s, selected: params.get("state") === s ? "" : null }, s))),
     el("input", { name: "kind", placeholder: "kind", value: params.get("kind") || "" }),
     el("input", { name: "subject", placeholder: "subject or tenant/", value: params.get("subject") || "" }),
     el("button", { type: "submit" }, "Filter"));
   const tbody = el("tbody", { id: "jobs" });
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["Job", "State", "Kind", "Subject", "Step", "Attempt", "Next", "Age"].map((h, i) => el("th", { class: [2, 5, 6, 7].includes(i) ? "hide-sm" : null }, h)))), tbody);
-  $("#view").replaceChildren(el("h1", {}, attention ? "Needs attention" : "Jobs"), attention ? "" : form, table);
+  $("#view").replaceChildren(el("h1", {}, attention ? "Needs attention" : "Jobs"), attention ? "" : form, jobTable(tbody));
   let jobs;
   if (attention) {
     const [f, a] = await Promise.all([api("/v1/jobs?state=failed&limit=200"), api("/v1/jobs?state=needs_approval&limit=200")]);
-    jobs = [...f.jobs, ...a.jobs];
+    jobs = [...f.jobs, ...a.jobs].sort((x, y) => y.id - x.id);
   } else {
     const q = new URLSearchParams(params); q.set("limit", "100");
     jobs = (await api(`/v1/jobs?${q}`)).jobs;
   }
   tbody.replaceChildren(...jobs.map(jobRow));
-  if (!jobs.length) tbody.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "No jobs.")));
+  if (!jobs.length) tbody.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No jobs.")));
   const matches = (j) => attention ? ["failed", "needs_approval"].includes(j.state)
     : (!params.get("state") || j.state === params.get("state")) && (!params.get("kind") || j.kind === params.get("kind"))
       && (!params.get("subject") || j.subject === params.get("subject") || (params.get("subject").endsWith("/") && j.subject.startsWith(params.get("subject"))));
@@ -123,113 +161,113 @@ async function jobsView(attention) {
   };
 }
 
-// ---- one job ----
-async function act(id, action) {
-  try { await api(`/v1/jobs/${id}/${action}`, { method: "POST" }); } catch (e) { $("#action-error").textContent = e.message; }
+// ---- confirmations: an in-page dialog that says what will happen ----
+function confirmDialog(title, lines, ok, danger) {
+  const dlg = el("dialog", { class: "confirm", "data-testid": "confirm" },
+    el("h2", {}, title), ...lines.map((l) => el("p", { class: "wrap" }, l)),
+    el("form", { method: "dialog", class: "actions" },
+      el("button", { value: "no", "data-testid": "confirm-no" }, "Go back"),
+      el("button", { value: "yes", class: danger ? "danger" : "primary", "data-testid": "confirm-yes" }, ok)));
+  document.body.append(dlg);
+  dlg.showModal();
+  return new Promise((resolve) => dlg.addEventListener("close", () => { dlg.remove(); resolve(dlg.returnValue === "yes"); }));
+}
+
+// Approving these lets something irreversible happen: admins only, as the API starts them.
+const ADMIN_APPROVALS = ["user.offboard", "tenant.offboard"];
+function approvalEffect(job) {
+  const [tenant, user] = job.subject.split("/");
+  if (job.kind === "user.offboard")
+    return `Approve the hard cutoff of ${user} in ${tenant}: cancels all of ${user}'s running Slurm jobs now; the offboarding then disables ${user}'s login and, after the retention period, snapshots ${user}'s home and deletes ${user}'s Slurm association.`;
+  if (job.kind === "tenant.offboard" && job.step === "confirm")
+    return `Approve the offboarding of tenant ${tenant}: blocks its accounts, deletes its Slurm cluster and releases its nodes, and deletes its accounts after the retention period.`;
+  if (job.kind === "tenant.offboard")
+    return `Approve the hard cutoff of tenant ${tenant}: cancels all of its running Slurm jobs now; the offboarding then goes on.`;
+  if (job.kind === "reconcile.hold")
+    return "Approve the release of the held offboardings: offboards the held users still to be offboarded.";
+  return `Approve job #${job.id} (${job.kind} of ${job.subject}) at step ${job.step}: it goes on from there.`;
+}
+
+// The outcome of the last action on a job page: kept across re-renders until the next action.
+let notice = null; // { id, cls, text }
+async function act(job, action) {
+  if (action === "approve") {
+    const ok = await confirmDialog(`Approve job #${job.id}?`, [approvalEffect(job), `Asked for: ${job.last_error || "approval"}`], "Approve", true);
+    if (!ok) return;
+  }
+  if (action === "cancel") {
+    const ok = await confirmDialog(`Cancel job #${job.id}?`, [`Cancels ${job.kind} of ${job.subject} at step ${job.step}; steps already done are not undone.`], "Cancel the job", true);
+    if (!ok) return;
+  }
+  try {
+    await api(`/v1/jobs/${job.id}/${action}`, { method: "POST" });
+    notice = { id: job.id, cls: "ok", text: `${action}: done` };
+  } catch (e) {
+    if (e.status === 401) return;
+    notice = { id: job.id, cls: "error", text: `${action} refused: ${e.message}` };
+  }
   await render();
 }
 
+function actionsFor(job) {
+  const btn = (action, label, cls) => el("button", { class: cls, "data-testid": action, onclick: () => act(job, action) }, label);
+  const note = (text) => el("p", { class: "muted", "data-testid": "actions-note" }, text);
+  if (!atLeast("operator")) return [note(`Signed in as a ${me.role}: retry, cancel and approve need an operator token.`)];
+  const adminOnly = job.state === "needs_approval" && ADMIN_APPROVALS.includes(job.kind) && !atLeast("admin");
+  return [el("div", { class: "actions" },
+    job.state === "failed" ? btn("retry", "Retry from failed step", "primary") : "",
+    job.state === "needs_approval" && !adminOnly ? btn("approve", "Approve…", "primary") : "",
+    !CLOSED.includes(job.state) ? btn("cancel", "Cancel…", "danger") : ""),
+  adminOnly ? note("Approving a hard cutoff or a tenant offboarding needs an admin token.") : ""];
+}
+
+// ---- one job ----
 async function jobView(id) {
   const { job, steps, events } = await api(`/v1/jobs/${id}`);
-  const actions = el("div", { class: "actions" },
-    job.state === "failed" ? el("button", { class: "primary", "data-testid": "retry", onclick: () => act(id, "retry") }, "Retry from failed step") : "",
-    job.state === "needs_approval" ? el("button", { class: "primary", "data-testid": "approve", onclick: () => act(id, "approve") }, "Approve") : "",
-    !CLOSED.includes(job.state) ? el("button", { class: "danger", "data-testid": "cancel", onclick: () => confirm(`Cancel job #${id}?`) && act(id, "cancel") }, "Cancel") : "");
   const json = (v) => (v === null || v === undefined ? "" : el("pre", {}, JSON.stringify(v, null, 2)));
   // the commands and requests an attempt made; changes marked +
   const effects = (list) => (!list || !list.length ? "" : el("ul", { class: "effects", "data-testid": "effects" },
     ...list.map((e) => el("li", { class: e.write ? "write" : "read" },
       el("span", { class: "sys" }, `${e.write ? "+" : " "} ${e.system}`), el("code", {}, e.call)))));
+  const r = reason(job);
+  const why = !r ? [] : job.state === "needs_approval"
+    ? [el("dt", {}, "Waiting"), el("dd", { class: "waiting", "data-testid": "waiting" }, r.text)]
+    : [el("dt", {}, "Last error"), el("dd", { class: "error", "data-testid": "last-error" }, job.last_error)];
+  const shown = notice?.id === job.id ? notice : null;
+  const runError = (s) => s.outcome === "needs_approval"
+    ? el("div", { class: "waiting" }, `asked for approval: ${s.error}`) : el("div", { class: "error" }, s.error);
   $("#view").replaceChildren(
     el("p", {}, el("a", { href: "#/jobs" }, "← all jobs")),
     el("div", { class: "card" },
-      el("h1", {}, `#${job.id} ${job.kind} `, badge(job.state)),
-      el("dl", {},
+      el("h1", { class: "wrap" }, `#${job.id} ${job.kind} `, badge(job.state)),
+      el("dl", { class: "wrap" },
         el("dt", {}, "Subject"), el("dd", {}, job.subject),
         el("dt", {}, "Step"), el("dd", { "data-testid": "current-step" }, `${job.step} (attempt ${job.attempt})`),
+        why,
         CLOSED.includes(job.state) || job.state === "failed"
-          ? [el("dt", {}, "Finished"), el("dd", {}, job.finished_at ? `${job.finished_at} (${ago(job.finished_at)})` : "")]
-          : [el("dt", {}, job.state === "running" ? "Lease until" : "Due"), el("dd", {}, `${job.run_at} (${ago(job.run_at)})`)],
+          ? [el("dt", {}, "Finished"), el("dd", {}, job.finished_at ? [job.finished_at, " (", when(job.finished_at), ")"] : "")]
+          : [el("dt", {}, job.state === "running" ? "Lease until" : "Due"), el("dd", {}, job.run_at, " (", when(job.run_at), ")")],
         el("dt", {}, "Created"), el("dd", {}, `${job.created_at} by ${job.created_by}`),
-        job.approved_by ? [el("dt", {}, "Approved by"), el("dd", {}, job.approved_by)] : [],
-        job.last_error ? [el("dt", {}, "Last error"), el("dd", { class: "error", "data-testid": "last-error" }, job.last_error)] : []),
-      actions, el("p", { id: "action-error", class: "error" })),
+        job.approved_by ? [el("dt", {}, "Approved by"), el("dd", { "data-testid": "approved-by" }, job.approved_by)] : []),
+      actionsFor(job),
+      el("p", { id: "action-error", class: shown?.cls === "ok" ? "ok" : "error", "data-testid": "action-result", role: "status" }, shown?.text ?? "")),
     el("h2", {}, "Steps and attempts"),
-    el("table", { class: "steps", "data-testid": "steps" },
+    el("table", { class: "steps stack", "data-testid": "steps" },
       el("thead", {}, el("tr", {}, ...["Step", "Attempt", "Worker", "Started", "Took", "Outcome", "Error / calls / output"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...steps.map((r) => el("tr", {},
-        el("td", {}, r.step), el("td", {}, String(r.attempt)), el("td", { class: "muted" }, r.worker),
-        el("td", {}, r.started_at), el("td", {}, r.finished_at ? `${((new Date(r.finished_at) - new Date(r.started_at)) / 1000).toFixed(2)}s` : "running"),
-        el("td", {}, r.outcome ? badge(r.outcome) : "", r.next_run_at ? el("div", { class: "muted" }, `next ${ago(r.next_run_at)}`) : ""),
-        el("td", {}, r.error ? el("div", { class: "error" }, r.error) : "", effects(r.effects), json(r.output)))))),
+      el("tbody", {}, ...steps.map((s) => el("tr", {},
+        td("Step", {}, s.step), td("Attempt", {}, String(s.attempt)), td("Worker", { class: "muted" }, s.worker),
+        td("Started", {}, when(s.started_at)),
+        td("Took", {}, s.finished_at ? `${((new Date(s.finished_at) - new Date(s.started_at)) / 1000).toFixed(2)}s` : "running"),
+        td("Outcome", {}, s.outcome ? badge(s.outcome) : "", s.next_run_at ? el("div", { class: "muted" }, when(s.next_run_at, "next ")) : ""),
+        td("Detail", { class: "detail" }, s.error ? runError(s) : "", effects(s.effects), json(s.output)))))),
     el("h2", {}, "Audit trail"),
-    el("table", { "data-testid": "events" },
+    el("table", { class: "stack", "data-testid": "events" },
       el("thead", {}, el("tr", {}, ...["When", "Change", "Step", "By", "Detail"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...events.map((e) => el("tr", {},
-        el("td", {}, e.at), el("td", {}, `${e.from_state ?? "—"} → ${e.to_state}`), el("td", {}, e.step ?? ""),
-        el("td", {}, e.actor), el("td", { class: "muted" }, e.detail ?? ""))))));
+        td("When", { title: e.at }, when(e.at)), td("Change", {}, `${e.from_state ?? "—"} → ${e.to_state}`), td("Step", {}, e.step ?? ""),
+        td("By", {}, e.actor), td("Detail", { class: "muted" }, e.detail ?? ""))))));
   let timer;
   return (changed) => { if (changed.id === job.id) { clearTimeout(timer); timer = setTimeout(render, 150); } };
-}
-
-// ---- tenants ----
-const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
-function tenantCard(t) {
-  const dd = (testid, ...kids) => el("dd", { "data-testid": testid }, ...kids);
-  const limits = [t.limits.fairshare != null ? `Fairshare ${t.limits.fairshare}` : "",
-    t.limits.grp_tres ? `GrpTRES ${t.limits.grp_tres}` : "", t.limits.grp_jobs != null ? `GrpJobs ${t.limits.grp_jobs}` : ""]
-    .filter(Boolean).join(" · ") || "none";
-  const m = t.members;
-  const members = m
-    ? [el("strong", { "data-testid": "members" }, String(m.members)), ` in ${t.group} · `,
-      el("span", { "data-testid": "associations" }, plural(m.associations, "Slurm association")),
-      el("div", { class: "muted" }, `measured ${ago(m.measured_at)} by reconcile `, el("a", { href: `#/jobs/${m.job}` }, `#${m.job}`))]
-    : [el("span", { class: "muted", "data-testid": "members" }, "not measured yet (no reconcile has run)")];
-  const f = t.jobs_in_flight;
-  const kinds = Object.entries(f.by_kind).map(([k, n]) => `${k} ${n}`).join(" · ");
-  const flight = [el("a", { href: `#/jobs?subject=${encodeURIComponent(t.name)}%2F`, "data-testid": "in-flight" }, String(f.total)),
-    f.needs_attention ? el("span", { class: "badge s-failed" }, `${f.needs_attention} need attention`) : "",
-    kinds ? el("div", { class: "muted" }, kinds) : ""];
-  const d = t.drift;
-  let drift;
-  if (!d) drift = [el("span", { class: "muted", "data-testid": "drift" }, "no reconcile yet")];
-  else {
-    const parts = [d.onboard ? `${d.onboard} to onboard` : "", d.offboard ? `${d.offboard} to offboard` : "",
-      d.held ? `${d.held} held for approval` : "", d.skipped ? `${d.skipped} skipped` : ""].filter(Boolean);
-    drift = [el("span", { class: `badge ${parts.length ? "s-needs_approval" : "s-succeeded"}`, "data-testid": "drift" }, parts.join(" · ") || "in sync"),
-      el("div", { class: "muted" }, `${ago(d.measured_at)}${d.reason ? ` · ${d.reason}` : ""}`)];
-  }
-  const q = t.quotas;
-  const quota = (name, x) => (x ? `${name} ${x.soft}/${x.hard}` : "");
-  return el("div", { class: "card tenant", "data-tenant": t.name },
-    el("h2", {}, t.name, t.description ? el("span", { class: "muted" }, ` · ${t.description}`) : ""),
-    el("dl", {},
-      el("dt", {}, "Members"), dd("members-line", ...members),
-      el("dt", {}, "Jobs in flight"), dd("flight-line", ...flight),
-      el("dt", {}, "Drift"), dd("drift-line", ...drift),
-      el("dt", {}, "Limits"), dd("limits", limits),
-      el("dt", {}, "Teams"), dd("teams", t.teams.length ? t.teams.map((x) => `${x.account} (${x.group})`).join(", ") : `none (all in ${t.default_account})`),
-      el("dt", {}, "Quotas"), dd("quotas", [quota("home", q.home), quota("scratch", q.scratch)].filter(Boolean).join(" · ") || "none"),
-      el("dt", {}, "Kubernetes"), dd("kubernetes", ...k8sNames(t.kubernetes))));
-}
-
-// The names onramp uses in the tenant's namespace and on its nodes (from the tenant registry).
-function k8sNames(k) {
-  const login = k.login_pod ? `pod/${k.login_pod}` : `a Ready pod of deploy/${k.login_deployment}`;
-  const res = k.reservation_namespace ? `${k.reservation_namespace}/${k.reservation}` : `${k.reservation} (cluster-scoped)`;
-  const line = (testid, text) => el("div", { "data-testid": testid }, text);
-  return [line("k8s-namespace", `namespace ${k.namespace}`), line("k8s-secret", `secret ${k.keys_secret}`),
-    line("k8s-login", `login ${login}${k.login_container ? ` -c ${k.login_container}` : ""} · deploy/${k.login_deployment}`),
-    line("k8s-cluster", `slurmcluster ${k.slurm_cluster}`), line("k8s-reservation", `reservation ${res}`),
-    line("k8s-nodes", `nodes reserved.tenant=${k.node_label}`)];
-}
-
-async function tenantsView() {
-  const { tenants } = await api("/v1/tenants");
-  const grid = el("div", { class: "tenants" }, ...tenants.map(tenantCard));
-  $("#view").replaceChildren(el("h1", {}, "Tenants"), tenants.length ? grid : el("p", { class: "muted" }, "No tenants."));
-  let timer;
-  return () => { clearTimeout(timer); timer = setTimeout(render, 500); };
 }
 
 // ---- routing ----
@@ -238,12 +276,16 @@ async function render() {
   listeners.delete(current);
   const hash = location.hash || "#/jobs";
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", hash.startsWith(`#/${a.dataset.nav}`)));
+  const m = hash.match(/^#\/jobs\/(\d+)/);
+  if (notice && (!m || Number(m[1]) !== notice.id)) notice = null;
+  const u = hash.match(/^#\/tenants\/([^/?]+)\/users(?:\/([^/?]+))?/);
   try {
-    const m = hash.match(/^#\/jobs\/(\d+)/);
-    current = m ? await jobView(Number(m[1])) : hash.startsWith("#/tenants") ? await tenantsView() : await jobsView(hash.startsWith("#/attention"));
+    current = m ? await jobView(Number(m[1]))
+      : u ? await usersView(decodeURIComponent(u[1]), u[2] && decodeURIComponent(u[2]))
+        : hash.startsWith("#/tenants") ? await tenantsView() : await jobsView(hash.startsWith("#/attention"));
     listeners.add(current);
   } catch (e) {
-    if (e.message !== "unauthorized") $("#view").replaceChildren(el("p", { class: "error" }, e.message));
+    if (e.status !== 401) $("#view").replaceChildren(el("p", { class: "error", "data-testid": "view-error" }, e.message));
   }
 }
 
@@ -258,7 +300,7 @@ async function attentionCount() {
 async function start() {
   if (!token()) return showLogin();
   try {
-    const me = await api("/v1/whoami");
+    me = await api("/v1/whoami");
     $("#who").textContent = `${me.token} · ${me.role}${me.tenant ? ` · ${me.tenant}` : ""}`;
   } catch (e) { return; }
   window.addEventListener("hashchange", render);
@@ -267,4 +309,4 @@ async function start() {
   attentionCount();
   stream();
 }
-start();
+window.addEventListener("DOMContentLoaded", start);
