@@ -69,7 +69,7 @@ pub fn show(j: &Job, runs: &[StepRun], events: &[JobEvent], now: OffsetDateTime)
     }
     let why = reason(j);
     // a timer's reason is the state line's "runs again at"
-    if !why.is_empty() && !(later && j.last_error.is_none()) {
+    if !(why.is_empty() || (later && j.last_error.is_none())) {
         head.push(("reason", why));
     } else if let Some(e) = &j.last_error {
         head.push(("last error", one_line(e)));

@@ -2,7 +2,8 @@
 //! their latest onboarding or offboarding job), whether they are a member of the tenant's group
 //! and their association with its limits as last read (the latest reconcile report; the
 //! onboarding's `slurm_association` step), and for one user their jobs. A user is known when a
-//! job names them or the tenant's latest reconcile report does. A tenant-scoped token sees its
+//! job names them, the tenant's latest reconcile report does, or Authentik lists them in the
+//! tenant's group now (read live, so users in sync since before onramp are listed too). A tenant-scoped token sees its
 //! own tenant only (404 otherwise, as /v1/tenants/{tenant} does).
 
 mod state;
@@ -114,6 +115,25 @@ struct Known {
     /// Each user's latest association as the onboarding read it.
     association: BTreeMap<String, StepOutput>,
     report: Option<Report>,
+    /// The tenant's group's active members, read from Authentik now (None: not configured, or
+    /// it did not answer in time).
+    members: Option<BTreeSet<String>>,
+}
+
+/// The active members of the tenant's group in Authentik now, within a few seconds.
+async fn members_now(s: &AppState, t: &Tenant) -> Option<BTreeSet<String>> {
+    let ak = s.authentik.as_deref()?;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), ak.active_members(&t.group)).await {
+        Ok(Ok(users)) => Some(users.into_iter().map(|u| u.username).collect()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, tenant = %t.name, "users: the group's members could not be read");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(tenant = %t.name, "users: Authentik did not list the group's members in time");
+            None
+        }
+    }
 }
 
 impl Known {
@@ -166,12 +186,17 @@ impl Known {
                 r.held.clear();
             }
         }
-        Ok(Self { live, latest, association, report })
+        let members = members_now(s, t).await.map(|m| match user {
+            Some(u) => m.into_iter().filter(|n| n == u.as_str()).collect(),
+            None => m,
+        });
+        Ok(Self { live, latest, association, report, members })
     }
 
     fn usernames(&self) -> BTreeSet<&str> {
         let named = self.report.iter().flat_map(|r| r.named.keys());
-        self.latest.keys().chain(named).map(String::as_str).collect()
+        let members = self.members.iter().flatten();
+        self.latest.keys().chain(named).chain(members).map(String::as_str).collect()
     }
 
     /// One user's status (UserStatus in openapi.yaml).
@@ -194,6 +219,18 @@ impl Known {
                 let max = s.engine.registry().get(&j.kind).map(|f| f.policy(j.step_index as usize).max_attempts);
                 state::read(j, max)
             }
+            // in the group now, and the latest reconcile found nothing to do for them: in sync
+            None if self.in_sync(user, member) => Reading {
+                state: UserState::Onboarded,
+                reason: format!(
+                    "in {} and in Slurm: the reconcile at {} found nothing to do for them (onboarded before onramp's \
+                     history)",
+                    t.group,
+                    self.report.as_ref().map(|r| rfc3339(r.at)).unwrap_or_default()
+                ),
+                step: None,
+                retention_until: None,
+            },
             None => Reading {
                 state: UserState::NotOnboarded,
                 reason: match (&self.report, member) {
@@ -241,6 +278,12 @@ impl Known {
         })
     }
 
+    /// A member now whom the latest reconcile did not name (it found their association as it
+    /// should be).
+    fn in_sync(&self, user: &str, member: Option<bool>) -> bool {
+        member == Some(true) && self.report.as_ref().is_some_and(|r| !r.named.contains_key(user))
+    }
+
     /// The brake's hold of this user's offboarding (hold job, why), when the report that held it
     /// is newer than the user's latest job and the hold still waits for approval.
     fn held(&self, user: &str, job: Option<&Job>) -> Option<(i64, &str)> {
@@ -262,14 +305,15 @@ impl Known {
             return match job.map(|j| (j.kind.as_str(), j.state)) {
                 Some((USER_ONBOARD, JobState::Succeeded)) => Some(true),
                 Some((USER_OFFBOARD, JobState::Succeeded)) => Some(false),
-                _ => None,
+                _ => self.members.as_ref().map(|m| m.contains(user)),
             };
         }
-        let job = job.filter(|j| j.created_by == crate::engine::Actor::reconciler().as_str())?;
-        match job.kind.as_str() {
-            USER_ONBOARD => Some(true),
-            USER_OFFBOARD => Some(false),
-            _ => None,
+        let by_reconciler = job.filter(|j| j.created_by == crate::engine::Actor::reconciler().as_str());
+        match by_reconciler.map(|j| j.kind.as_str()) {
+            Some(USER_ONBOARD) => Some(true),
+            Some(USER_OFFBOARD) => Some(false),
+            // else Authentik's answer now, when there is one
+            _ => self.members.as_ref().map(|m| m.contains(user)),
         }
     }
 }
