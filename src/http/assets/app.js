@@ -89,10 +89,13 @@ let streaming = false;
 async function stream() {
   if (streaming) return;
   streaming = true;
+  let lastId = null; // the last event seen: a reconnect resumes after it (Last-Event-ID)
   for (;;) {
     let ended = false; // the server ended the stream (its lifetime): reconnect soon
     try {
-      const res = await fetch("/v1/stream", { headers: { Authorization: `Bearer ${token()}` } });
+      const headers = { Authorization: `Bearer ${token()}` };
+      if (lastId) headers["Last-Event-ID"] = lastId;
+      const res = await fetch("/v1/stream", { headers });
       if (!res.ok) throw new Error(res.status);
       $("#live").classList.add("on");
       const reader = res.body.getReader();
@@ -106,6 +109,8 @@ async function stream() {
         while ((i = buf.indexOf("\n\n")) >= 0) {
           const chunk = buf.slice(0, i); buf = buf.slice(i + 2);
           const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).join("\n");
+          const id = chunk.split("\n").find((l) => l.startsWith("id:"));
+          if (id) lastId = id.slice(3).trim();
           if (chunk.includes("event: job") && data) { const job = JSON.parse(data); listeners.forEach((f) => f(job)); }
         }
       }
