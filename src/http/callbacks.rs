@@ -55,22 +55,9 @@ async fn create(
     let p = auth.require(Role::Admin)?;
     let tenant =
         b.tenant.as_deref().map(TenantName::parse).transpose().map_err(|e| Problem::unprocessable(e.to_string()))?;
-    if let Some(own) = &p.tenant
-        && tenant.as_ref().map(TenantName::as_str) != Some(own.as_str())
-    {
-        return Err(Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "Forbidden",
-            format!("this token manages the callbacks of tenant {own} only: set \"tenant\": \"{own}\""),
-        ));
-    }
-    // a scope names a tenant of the registry, as a token's does
-    if let Some(t) = &tenant
-        && s.registry()?.tenant(t.as_str()).is_none()
-    {
-        return Err(Problem::unprocessable(format!("tenant {t} is not in the tenant registry")));
-    }
+    s.check_scope(p, tenant.as_ref(), |own| {
+        format!("this token manages the callbacks of tenant {own} only: set \"tenant\": \"{own}\"")
+    })?;
     let events = match b.events {
         None => EventType::DEFAULT.to_vec(),
         Some(names) if names.is_empty() => {

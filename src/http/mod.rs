@@ -92,6 +92,28 @@ impl AppState {
         self
     }
 
+    /// The tenant a new scoped thing (a token, a subscription) is for, checked: a scoped caller
+    /// makes them for its own tenant only (403 with `refused(own)`), and a scope names a tenant
+    /// of the registry (422): one for any other name would see what is no tenant's.
+    fn check_scope(
+        &self,
+        p: &access::Principal,
+        tenant: Option<&crate::domain::names::TenantName>,
+        refused: impl FnOnce(&str) -> String,
+    ) -> Result<(), Problem> {
+        if let Some(own) = &p.tenant
+            && tenant.map(|t| t.as_str()) != Some(own.as_str())
+        {
+            return Err(Problem::new(axum::http::StatusCode::FORBIDDEN, "forbidden", "Forbidden", refused(own)));
+        }
+        if let Some(t) = tenant
+            && self.registry()?.tenant(t.as_str()).is_none()
+        {
+            return Err(Problem::unprocessable(format!("tenant {t} is not in the tenant registry")));
+        }
+        Ok(())
+    }
+
     /// The tenant registry, or 503 naming the setting.
     fn registry(&self) -> Result<&TenantRegistry, Problem> {
         self.tenants.as_deref().ok_or_else(|| {

@@ -62,23 +62,7 @@ async fn create(
     let role: Role = b.role.parse().map_err(Problem::bad_request)?;
     let tenant =
         b.tenant.as_deref().map(TenantName::parse).transpose().map_err(|e| Problem::bad_request(e.to_string()))?;
-    if let Some(own) = &p.tenant
-        && tenant.as_ref().map(TenantName::as_str) != Some(own.as_str())
-    {
-        return Err(Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "Forbidden",
-            format!("this token manages tokens of tenant {own} only"),
-        ));
-    }
-    // a scope names a tenant of the registry: a token for any other name ("reconcile") would see
-    // jobs that are not a tenant's
-    if let Some(t) = &tenant
-        && s.registry()?.tenant(t.as_str()).is_none()
-    {
-        return Err(Problem::unprocessable(format!("tenant {t} is not in the tenant registry")));
-    }
+    s.check_scope(p, tenant.as_ref(), |own| format!("this token manages tokens of tenant {own} only"))?;
     let expires_at = match b.expires_in.as_deref() {
         Some(d) => {
             let d = parse_duration(d).map_err(Problem::bad_request)?;
