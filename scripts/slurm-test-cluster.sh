@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # A real single-host Slurm 22.05 cluster ("production") with accounting in MariaDB, for
-# integration tests, on Debian 12, run as root, without systemd.
+# integration tests, on Debian 12, run as root, without systemd. The node has eight GPUs that
+# are only counted (Gres=gpu:8; there are no GPUs here: Slurm 22.05 drops a GPU without File=,
+# so gres.conf names eight null devices of our own) so GrpTRES=gres/gpu limits and
+# `--gres=gpu:1` are exercised as the runbook uses them, and 16 CPUs declared over
+# the machine's real ones (SlurmdParameters=config_overrides) so GPU limits, not cores, are
+# what holds jobs back in the tests.
 #   scripts/slurm-test-cluster.sh start|stop|status
 # Config: /etc/slurm (where Debian's binaries look). State, logs and the PIDs of the daemons
 # this script started: /var/lib/onramp-slurm-test. Every wait polls with a deadline and fails
@@ -16,6 +21,8 @@ DB_NAME=slurm_acct_db
 DB_USER=slurm
 DB_PASS=onramp-slurm-test        # a throwaway test cluster on loopback
 PACKAGES=(munge slurmctld slurmd slurmdbd slurm-client mariadb-server)
+GPUS=8                           # count-only GPU GRES on the one node
+NODE_CPUS=16                     # declared CPUs (config_overrides): more than the 2 real cores
 TEST_USERS=(onramp-alice:5001 onramp-bob:5002 onramp-carol:5003 onramp-dave:5004)
 T0=$(date +%s%N)
 
@@ -138,13 +145,12 @@ write_config() {
     install -d -m 755 "$CONF"
     install -d -o slurm -g slurm -m 755 "$STATE/slurmctld" "$STATE/slurmd" "$STATE/run"
     chown slurm:slurm "$LOG"
-    # CPU layout from slurmd -C; RealMemory below the real value, or the node drains.
-    local hw cpus boards sockets cores threads mem
+    # Memory from slurmd -C (RealMemory below the real value, or the node drains); the CPUs
+    # are declared (NODE_CPUS), over the real ones, with config_overrides.
+    local hw mem
     hw=$(slurmd -C | head -n1)
-    field() { sed -n "s/.*\b$1=\([0-9]*\).*/\1/p" <<<"$hw"; }
-    cpus=$(field CPUs) boards=$(field Boards) sockets=$(field SocketsPerBoard)
-    cores=$(field CoresPerSocket) threads=$(field ThreadsPerCore) mem=$(field RealMemory)
-    [[ -n $cpus && -n $mem ]] || fail "could not parse 'slurmd -C': $hw"
+    mem=$(sed -n 's/.*\bRealMemory=\([0-9]*\).*/\1/p' <<<"$hw")
+    [[ -n $mem ]] || fail "could not parse 'slurmd -C': $hw"
     put_file "$CONF/slurmdbd.conf" 600 slurm:slurm <<EOF
 AuthType=auth/munge
 DbdHost=localhost
@@ -157,6 +163,14 @@ StoragePort=3306
 StorageUser=$DB_USER
 StoragePass=$DB_PASS
 StorageLoc=$DB_NAME
+EOF
+    # the GPUs' "device files": character devices 1:3, i.e. /dev/null
+    install -d -m 755 "$STATE/dev"
+    local i
+    for ((i = 0; i < GPUS; i++)); do [[ -c $STATE/dev/gpu$i ]] || mknod -m 666 "$STATE/dev/gpu$i" c 1 3; done
+    put_file "$CONF/gres.conf" 644 root:root <<EOF
+# Written by scripts/slurm-test-cluster.sh: GPUs only counted (null devices, no GPUs here).
+Name=gpu File=$STATE/dev/gpu[0-$((GPUS - 1))]
 EOF
     put_file "$CONF/slurm.conf" 644 root:root <<EOF
 # Written by scripts/slurm-test-cluster.sh (onramp integration tests).
@@ -180,13 +194,14 @@ AccountingStorageHost=localhost
 AccountingStorageEnforce=associations,limits,qos,safe
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/none
+SlurmdParameters=config_overrides
 StateSaveLocation=$STATE/slurmctld
 SlurmdSpoolDir=$STATE/slurmd
 SlurmctldPidFile=$STATE/run/slurmctld.pid
 SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd.log
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=$boards SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$((mem * 9 / 10)) State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$NODE_CPUS ThreadsPerCore=1 RealMemory=$((mem * 9 / 10)) Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 }
