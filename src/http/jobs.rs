@@ -149,6 +149,18 @@ async fn approve(
 ) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     let id = params::job_id(&id)?;
-    visible(&s, p, id).await?;
+    let job = visible(&s, p, id).await?;
+    // what an offboarding waits for (a hard cutoff, a whole tenant's departure) is irreversible
+    if ADMIN_APPROVALS.contains(&job.kind.as_str()) {
+        auth.require(Role::Admin).map_err(|_| {
+            Problem::forbidden(format!(
+                "approving a {} (a hard cutoff or a tenant's departure) needs an admin token",
+                job.kind
+            ))
+        })?;
+    }
     Ok(Json(s.engine.approve(id, &p.actor()).await?))
 }
+
+/// Kinds whose approvals only an admin gives (the dashboard shows their Approve button to admins).
+const ADMIN_APPROVALS: &[&str] = &[crate::flows::user_offboard::USER_OFFBOARD, crate::flows::tenant::TENANT_OFFBOARD];

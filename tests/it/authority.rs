@@ -261,6 +261,11 @@ async fn a_tenant_offboarding_needs_a_second_persons_approval() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{p}");
     assert!(p["detail"].as_str().unwrap().starts_with("four eyes:"), "{p}");
     assert_eq!(s.engine.job(id).await.unwrap().state, JobState::NeedsApproval);
+    // nor an operator: what it releases is irreversible (the dashboard shows Approve to admins only)
+    let ops = token(&s.engine, "tenant-ops", Role::Operator, None).await;
+    let (status, p) = s.post(&ops, &format!("/v1/jobs/{id}/approve"), &json!({})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("needs an admin token"), "{p}");
     // nor can the command line as the same actor; another admin can
     let e = s.engine.approve(id, &Actor::api("first-admin")).await.unwrap_err();
     assert!(e.to_string().starts_with("four eyes:"), "{e}");
