@@ -99,6 +99,11 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     assert_eq!(o["key_projected"]["projected"], true);
     assert_eq!((o["smoke_test"]["uid"].as_u64(), o["smoke_test"]["gid"].as_u64()), (Some(5003), Some(5003)));
     assert!(o["smoke_test"]["sbatch"].as_str().unwrap().contains("to start at"), "{o}");
+    // the same numbers through Slurm on a compute node (srun as the user, with --gres=gpu:1)
+    assert_eq!(
+        (o["smoke_test"]["compute"]["uid"].as_u64(), o["smoke_test"]["compute"]["gid"].as_u64()),
+        (Some(5003), Some(5003))
+    );
     assert_eq!(o["notify"]["sent"], true);
     let runs = h.engine.step_runs(*id).await.unwrap();
     let steps: Vec<&str> = runs.iter().map(|r| r.step.as_str()).collect();
