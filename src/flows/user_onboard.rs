@@ -363,6 +363,9 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
 async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let (r, k) = (resolved(ctx)?, b.k8s_names(&n.tenant)?);
     let rep = b.login(k).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
+    if let Some(why) = rep.retry_reason() {
+        return Ok(Transition::Retry(why));
+    }
     let problems = rep.problems();
     if !problems.is_empty() {
         let (u, pod, p) = (&n.user, k.login_target(), problems.join("; "));

@@ -107,6 +107,14 @@ impl SmokeReport {
     pub fn passed(&self) -> bool {
         self.problems().is_empty()
     }
+    /// When the only problem is that no compute node was free within srun's wait (the node is
+    /// full, or the tenant is at its limits): worth trying again later, with why.
+    pub fn retry_reason(&self) -> Option<String> {
+        let srun = &self.compute.srun;
+        let busy = !srun.success() && srun.stderr.contains("Requested nodes are busy");
+        (busy && self.problems().len() == 1)
+            .then(|| format!("no compute node was free for the smoke test's job step: {}", srun.stderr.trim()))
+    }
 }
 
 /// One tenant's login pod.
@@ -367,17 +375,21 @@ mod tests {
         assert!(p[0].contains("slurmd on worker-3 (srun id): uid 65534 gid 65534"), "{}", p[0]);
         assert!(p[0].contains(NOBODY_DIAGNOSIS), "{}", p[0]);
 
-        // srun refused (no association, or resources never free): said, with Slurm's words.
-        let refused = Output {
+        // srun refused: said with Slurm's words; no free node within the wait is worth a retry
+        let srun = |e: &str| Output {
             code: 1,
-            stderr: "srun: error: Unable to allocate resources: Invalid account\n".into(),
+            stderr: format!("srun: error: Unable to allocate resources: {e}\n"),
             ..Default::default()
         };
-        let rep = pod(&answering(login, refused)).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        let rep = pod(&answering(login, srun("Invalid account"))).smoke_test(&u, &a, 5001, 5001).await.unwrap();
         assert_eq!(
             rep.problems(),
             ["srun on a compute node failed (1): srun: error: Unable to allocate resources: Invalid account"]
         );
+        assert_eq!(rep.retry_reason(), None);
+        let rep =
+            pod(&answering(login, srun("Requested nodes are busy"))).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        assert!(rep.retry_reason().is_some_and(|r| r.contains("no compute node was free")), "{rep:?}");
         // Unreadable output is an error, not a pass.
         let junk = Output { stdout: "hello\n".into(), ..Default::default() };
         let e = pod(&answering(login, junk)).smoke_test(&u, &a, 5001, 5001).await.unwrap_err();
