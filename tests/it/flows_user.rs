@@ -52,7 +52,13 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     // The association, with the tenant's user defaults, in the real Slurm.
     let rows = carol_rows(&h, &h.assocs().await);
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!((rows[0][2].as_str(), rows[0][5].as_str(), rows[0][6].as_str()), ("20", "normal", "parent"), "{rows:?}");
+    // qos: normal and the registry's own QOS (which Slurm lists first)
+    let qos = format!("{},normal", h.qos);
+    assert_eq!(
+        (rows[0][2].as_str(), rows[0][5].as_str(), rows[0][6].as_str()),
+        ("20", qos.as_str(), "parent"),
+        "{rows:?}"
+    );
     // $HOME owned by her numbers; the quota; the e-mail.
     let home = h.root.path().join("home").join(UNIX_USER);
     let m = std::fs::metadata(&home).unwrap();
