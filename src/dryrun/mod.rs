@@ -6,6 +6,7 @@
 //! [`Recorder`] is a transport that runs nothing, for tests of the argv a backend builds.
 
 pub mod plan;
+mod qos;
 mod recorder;
 mod sacctmgr;
 pub mod sim;

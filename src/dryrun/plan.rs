@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::sim::{self, DryConfig, SimAuthentik, World};
 use crate::backends::authentik::Authentik;
-use crate::backends::slurm::{Slurm, SlurmCli};
+use crate::backends::slurm::{QosSpec, Slurm, SlurmCli};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{K8sNames, TenantRegistry};
 use crate::effects::{Effect, EffectLog};
@@ -165,6 +165,13 @@ pub async fn plan(
     let seed = SlurmCli::new(world.slurm_host(), cfg.cluster.clone());
     let spec = specs::tenant_spec(&t).map_err(PlanError)?;
     if req.flow != tenant::TENANT_ONBOARD {
+        let qos: Vec<QosSpec> = tenants
+            .declared_qos(&t)
+            .into_iter()
+            .map(QosSpec::from_decl)
+            .collect::<Result<_, _>>()
+            .map_err(PlanError)?;
+        seed.ensure_qos(&qos).await.map_err(|e| PlanError(format!("simulation: {e}")))?;
         seed.ensure_tenant(&spec).await.map_err(|e| PlanError(format!("simulation: {e}")))?;
         assumptions.push(format!("tenant {} is onboarded: its accounts exist with the registry's limits", t.name));
     } else {
@@ -289,5 +296,59 @@ impl Plan {
         }
         out.push_str("\n(+ = a change; the other lines are reads)\n");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::slurm::HostPath;
+    use crate::domain::names::ClusterName;
+
+    fn cfg() -> DryConfig {
+        DryConfig {
+            cluster: ClusterName::parse("production").unwrap(),
+            k8s: Default::default(),
+            storage: Default::default(),
+            timings: Default::default(),
+            archive_dir: HostPath::parse("/var/spool/slurm/archive").unwrap(),
+            login_address: "login.example".into(),
+            notify: false,
+            batch_window: std::time::Duration::ZERO,
+        }
+    }
+
+    async fn onboard(qos: &str) -> Plan {
+        let yaml = format!(
+            "qos:\n  - {{ name: high, priority: 100, max_tres_per_user: gres/gpu=8 }}\ntenants:\n  - name: foo\n    \
+             group: foo-users\n    user_defaults: {{ default_qos: normal, qos: [{qos}] }}\n"
+        );
+        let reg = Arc::new(TenantRegistry::parse(&yaml, "t").unwrap());
+        let req = PlanRequest {
+            flow: tenant::TENANT_ONBOARD.into(),
+            tenant: TenantName::parse("foo").unwrap(),
+            user: None,
+            account: None,
+            hard_cutoff: false,
+        };
+        plan(&req, &cfg(), reg, None).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn tenant_onboarding_creates_the_declared_qos_first() {
+        let p = onboard("normal, high").await;
+        assert_eq!(p.steps[0].step, "qos");
+        let calls: Vec<String> = p.writes().iter().map(|e| e.call.clone()).collect();
+        assert_eq!(calls[0], "sacctmgr -i add qos high Priority=100 MaxTRESPerUser=gres/gpu=8", "{}", p.text());
+        assert!(calls[1].starts_with("sacctmgr -i add account"), "{}", p.text());
+        assert_eq!(p.stopped, None, "{}", p.text());
+    }
+
+    #[tokio::test]
+    async fn a_qos_neither_declared_nor_in_slurm_stops_the_onboarding_before_any_account() {
+        let p = onboard("normal, premium").await;
+        assert!(p.writes().is_empty(), "{}", p.text());
+        let why = p.steps[0].then.clone();
+        assert!(why.starts_with("fail: ") && why.contains("QOS premium") && why.contains("qos:"), "{why}");
     }
 }

@@ -96,6 +96,7 @@ pub struct SlurmSim {
     accounts: BTreeMap<String, Account>,
     users: BTreeMap<String, User>,
     files: BTreeMap<String, BTreeSet<String>>,
+    qos: super::qos::QosTable,
 }
 
 fn ok(stdout: impl Into<String>) -> Output {
@@ -157,6 +158,7 @@ impl SlurmSim {
         let format = cond.get("format").cloned().unwrap_or_default();
         let mut rows = vec![];
         match args.first().map(String::as_str) {
+            Some("qos") => return self.qos.show(&list(cond.get("name"))),
             Some("account") => {
                 for n in list(cond.get("name")) {
                     if let Some(a) = self.accounts.get(&n) {
@@ -207,6 +209,8 @@ impl SlurmSim {
         let entity = args.get(1).map(String::as_str).unwrap_or_default();
         let (cond, sets) = clauses(args.get(2..).unwrap_or_default());
         match (verb, entity) {
+            ("add", "qos") => self.qos.add(args.get(2).map_or("", String::as_str), &pairs(&args[3..])),
+            ("modify", "qos") => self.qos.modify(&list(cond.get("name")), &sets),
             ("add", "account") => {
                 let name = args.get(2).cloned().unwrap_or_default();
                 if self.accounts.contains_key(&name) {

@@ -108,6 +108,12 @@ impl Host {
                         ..status(0)
                     }
                 }
+                // a job step on a simulated compute node resolves the user as the login pod does
+                "srun" => {
+                    let owner = self.world.with(|s| s.paths.get(&key(&format!("{home_root}/{user}"))).cloned());
+                    let (uid, gid) = owner.as_deref().and_then(|o| o.split_once(':')).unwrap_or(("0", "0"));
+                    Output { stdout: format!("{uid}\n{gid}\ndry-run\n"), ..status(0) }
+                }
                 "sbatch" => Output {
                     stderr: "sbatch: Job 1 to start at now using 1 processors on nodes dry-run in partition main\n"
                         .into(),

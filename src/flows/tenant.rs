@@ -17,7 +17,7 @@ use super::backends::{Backends, StepError};
 use super::reconcile::plan::{self, Action, Member, Op};
 use super::user_offboard::{Archived, HomeSnapshot};
 use super::{StepResult, drain, finish, specs};
-use crate::backends::slurm::{Deleted, JobScope};
+use crate::backends::slurm::{Deleted, JobScope, QosSpec};
 use crate::backends::storage::{Dir, Quota, Snapshot, SnapshotName};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::Tenant;
@@ -29,6 +29,7 @@ pub const TENANT_OFFBOARD: &str = "tenant.offboard";
 crate::flows::steps! {
     /// The steps, in order (`OnboardStep::NAMES` are their names in the job history).
     pub enum OnboardStep {
+        Qos = "qos",
         Accounts = "accounts",
         NetworkPolicy = "network_policy",
         ScratchQuota = "scratch_quota",
@@ -111,6 +112,7 @@ impl TenantOnboard {
         let b = &*self.0;
         let (_, t, name) = checked(b, ctx)?;
         match step {
+            OnboardStep::Qos => qos(b, &t).await,
             OnboardStep::Accounts => {
                 let spec = specs::tenant_spec(&t).map_err(Transition::Fail)?;
                 let e = b.slurm.ensure_tenant(&spec).await.step("create the tenant's accounts")?;
@@ -142,6 +144,31 @@ impl TenantOnboard {
             OnboardStep::Members => members(b, &t, ctx).await,
         }
     }
+}
+
+/// Before any association names them: the declared QOS the tenant's user defaults name, created
+/// or converged; every QOS they name must then exist in Slurm.
+async fn qos(b: &Backends, t: &Tenant) -> StepResult {
+    let specs: Vec<QosSpec> = b
+        .tenants
+        .declared_qos(t)
+        .into_iter()
+        .map(QosSpec::from_decl)
+        .collect::<Result<_, _>>()
+        .map_err(Transition::Fail)?;
+    let e = b.slurm.ensure_qos(&specs).await.step("create or converge the declared QOS")?;
+    let names = t.qos_names();
+    let have = b.slurm.qos(&names).await.step("read the QOS back")?;
+    let missing: Vec<&str> = names.iter().map(|n| n.as_str()).filter(|n| !have.iter().any(|q| q.name == *n)).collect();
+    if !missing.is_empty() {
+        return Ok(Transition::Fail(format!(
+            "tenant {}'s user_defaults name QOS {} that the registry's qos: list does not declare and Slurm does not \
+             have: declare them in the registry (qos: - name: …) or create them (sacctmgr add qos)",
+            t.name,
+            missing.join(", ")
+        )));
+    }
+    Ok(Transition::Done(json!({ "qos": names, "created": e.created, "changed": e.changed })))
 }
 
 /// The group's current members: their associations in one batched `add user` per account, then

@@ -358,17 +358,21 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     })
 }
 
-/// Runbook step 6: as the user, uid/gid match, `sbatch --test-only` succeeds, association visible.
+/// Runbook step 6: as the user, uid/gid match on the login pod and on a compute node (srun),
+/// `sbatch --test-only` succeeds, association visible.
 async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
-    let r = resolved(ctx)?;
-    let rep =
-        b.login(b.k8s_names(&n.tenant)?).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
+    let (r, k) = (resolved(ctx)?, b.k8s_names(&n.tenant)?);
+    let rep = b.login(k).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
+    if let Some(why) = rep.retry_reason() {
+        return Ok(Transition::Retry(why));
+    }
     let problems = rep.problems();
     if !problems.is_empty() {
-        return Ok(Transition::Fail(format!("smoke test as {} failed: {}", n.user, problems.join("; "))));
+        let (u, pod, p) = (&n.user, k.login_target(), problems.join("; "));
+        return Ok(Transition::Fail(format!("smoke test as {u} (login pod {pod}) failed: {p}")));
     }
     Ok(Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
-                                "accounts": rep.accounts })))
+        "accounts": rep.accounts, "compute": { "uid": rep.compute.uid, "gid": rep.compute.gid, "node": rep.compute.node } })))
 }
 
 /// Runbook step 7. A failure here is recorded, never undoes or blocks the onboarding.

@@ -61,6 +61,8 @@ pub struct Harness {
     pub names: K8sNames,
     pub account: String,
     pub team: String,
+    /// The QOS the registry declares and the members' associations name (deleted with the harness).
+    pub qos: String,
     pub group: String,
     pub webhook: String,
     pub http: reqwest::Client,
@@ -94,10 +96,13 @@ impl Harness {
         let (tenant, account, team) = (id.clone(), format!("{id}-acct"), format!("{id}-ml"));
         let group = format!("{id}-users");
         ak.lock().unwrap().groups.extend([group.clone(), format!("{id}-ml")]);
+        // a QOS of this test's own, declared in the registry: tenant onboarding creates it
+        let qos = format!("{id}-q");
         let tenants = format!(
-            "uid_offset: 5000\ngid_offset: 5000\ntenants:\n  - name: {tenant}\n    group: {group}\n    account: {account}\n    \
+            "uid_offset: 5000\ngid_offset: 5000\nqos:\n  - {{ name: {qos}, priority: 10, max_tres_per_user: gres/gpu=2 }}\n\
+             tenants:\n  - name: {tenant}\n    group: {group}\n    account: {account}\n    \
              limits: {{ fairshare: 300, grp_jobs: 200 }}\n    \
-             user_defaults: {{ default_qos: normal, qos: [normal], max_jobs: 20 }}\n    \
+             user_defaults: {{ default_qos: normal, qos: [normal, {qos}], max_jobs: 20 }}\n    \
              quotas: {{ home: {{ path: /home, soft: 90GB, hard: 100GB }}, scratch: {{ path: /tenant/{tenant}/scratch, soft: 45TB, hard: 50TB }} }}\n    \
              default_team: {team}\n    teams:\n      - {{ account: {team}, group: {id}-ml, fairshare: 200 }}\n"
         );
@@ -124,7 +129,6 @@ impl Harness {
             a.skel_dir = format!("{r}/skel");
             a.authorized_keys_dir = format!("{r}/keys");
             a.login_run_as = "runuser -u {user} --".into();
-            a.smoke_gres = String::new();
         });
         // Every outermost call is recorded, as a plan records them (see `the_plan_is_…` tests).
         let log = EffectLog::default();
@@ -239,6 +243,7 @@ impl Harness {
             names,
             account,
             team,
+            qos,
             group,
             webhook: format!("http://{addr}/webhooks/authentik"),
             http: reqwest::Client::new(),
@@ -252,9 +257,17 @@ impl Harness {
         format!("{}-other", self.tenant)
     }
 
-    /// The tenant's accounts in Slurm as the registry says (what tenant onboarding makes).
+    /// The tenant's QOS and accounts in Slurm as the registry says (what tenant onboarding makes).
     pub async fn ensure_tenant_accounts(&self) {
         let t = self.backends.tenants.tenant(&self.tenant).unwrap();
+        let qos: Vec<onramp::backends::slurm::QosSpec> = self
+            .backends
+            .tenants
+            .declared_qos(t)
+            .into_iter()
+            .map(|d| onramp::backends::slurm::QosSpec::from_decl(d).unwrap())
+            .collect();
+        self.backends.slurm.ensure_qos(&qos).await.unwrap();
         let spec = onramp::flows::specs::tenant_spec(t).unwrap();
         self.backends.slurm.ensure_tenant(&spec).await.unwrap();
     }
@@ -430,5 +443,6 @@ impl Drop for Harness {
         run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.account)]);
         run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={UNIX_USER}"), &format!("account={other}")]);
         run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={other}")]);
+        run(&["sacctmgr", "-i", "delete", "qos", "where", &format!("name={}", self.qos)]);
     }
 }

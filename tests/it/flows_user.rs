@@ -52,7 +52,13 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     // The association, with the tenant's user defaults, in the real Slurm.
     let rows = carol_rows(&h, &h.assocs().await);
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!((rows[0][2].as_str(), rows[0][5].as_str(), rows[0][6].as_str()), ("20", "normal", "parent"), "{rows:?}");
+    // qos: normal and the registry's own QOS (which Slurm lists first)
+    let qos = format!("{},normal", h.qos);
+    assert_eq!(
+        (rows[0][2].as_str(), rows[0][5].as_str(), rows[0][6].as_str()),
+        ("20", qos.as_str(), "parent"),
+        "{rows:?}"
+    );
     // $HOME owned by her numbers; the quota; the e-mail.
     let home = h.root.path().join("home").join(UNIX_USER);
     let m = std::fs::metadata(&home).unwrap();
@@ -99,6 +105,11 @@ async fn signed_webhook_onboards_a_user_end_to_end() {
     assert_eq!(o["key_projected"]["projected"], true);
     assert_eq!((o["smoke_test"]["uid"].as_u64(), o["smoke_test"]["gid"].as_u64()), (Some(5003), Some(5003)));
     assert!(o["smoke_test"]["sbatch"].as_str().unwrap().contains("to start at"), "{o}");
+    // the same numbers through Slurm on a compute node (srun as the user, with --gres=gpu:1)
+    assert_eq!(
+        (o["smoke_test"]["compute"]["uid"].as_u64(), o["smoke_test"]["compute"]["gid"].as_u64()),
+        (Some(5003), Some(5003))
+    );
     assert_eq!(o["notify"]["sent"], true);
     let runs = h.engine.step_runs(*id).await.unwrap();
     let steps: Vec<&str> = runs.iter().map(|r| r.step.as_str()).collect();

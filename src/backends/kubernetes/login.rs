@@ -52,20 +52,52 @@ pub struct SmokeReport {
     pub sbatch: Output,
     pub accounts: Vec<String>,
     pub account: String,
+    /// The user as a compute node's slurmd resolves them (`srun` as the user).
+    pub compute: ComputeIds,
+}
+
+/// `id -u; id -g` in a job step on a compute node, and the node that ran it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ComputeIds {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub node: String,
+    pub srun: Output,
+}
+
+/// What the runbook says when numbers differ between pods.
+pub const NOBODY_DIAGNOSIS: &str = "files appear owned by nobody:nogroup: UID/GID inconsistency between login pod \
+     and slurmd; check getent passwd and id on both; usually nslcd config drift or a stale cache (nscd -i passwd)";
+
+fn ids(uid: Option<u32>, gid: Option<u32>) -> String {
+    let n = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
+    format!("uid {} gid {}", n(uid), n(gid))
 }
 
 impl SmokeReport {
     /// Each failed check with its likely cause, in the runbook's words. Empty = passed.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        if (self.uid, self.gid) != (Some(self.expected.0), Some(self.expected.1)) {
+        let want = (Some(self.expected.0), Some(self.expected.1));
+        let c = &self.compute;
+        let login_ok = (self.uid, self.gid) == want;
+        let compute_ok = !c.srun.success() || (c.uid, c.gid) == want;
+        if !login_ok || !compute_ok {
+            let node = if c.node.is_empty() { "a compute node" } else { c.node.as_str() };
+            let slurmd = if c.srun.success() { ids(c.uid, c.gid) } else { "(srun failed)".into() };
             p.push(format!(
-                "id shows uid {:?} gid {:?}, expected {}:{}: the login pod does not resolve the user through LDAP (files would be owned by nobody)",
-                self.uid, self.gid, self.expected.0, self.expected.1
+                "the user does not resolve to the same numbers (LDAP) everywhere: expected uid {} gid {}; login pod \
+                 (id): {}; slurmd on {node} (srun id): {slurmd}; {NOBODY_DIAGNOSIS}",
+                self.expected.0,
+                self.expected.1,
+                ids(self.uid, self.gid),
             ));
         }
         if !self.sbatch.success() {
             p.push(format!("sbatch --test-only failed ({}): {}", self.sbatch.code, self.sbatch.stderr.trim()));
+        }
+        if !c.srun.success() {
+            p.push(format!("srun on a compute node failed ({}): {}", c.srun.code, c.srun.stderr.trim()));
         }
         if !self.accounts.contains(&self.account) {
             p.push(format!("no Slurm association for account {} (sacctmgr shows {:?})", self.account, self.accounts));
@@ -74,6 +106,14 @@ impl SmokeReport {
     }
     pub fn passed(&self) -> bool {
         self.problems().is_empty()
+    }
+    /// When the only problem is that no compute node was free within srun's wait (the node is
+    /// full, or the tenant is at its limits): worth trying again later, with why.
+    pub fn retry_reason(&self) -> Option<String> {
+        let srun = &self.compute.srun;
+        let busy = !srun.success() && srun.stderr.contains("Requested nodes are busy");
+        (busy && self.problems().len() == 1)
+            .then(|| format!("no compute node was free for the smoke test's job step: {}", srun.stderr.trim()))
     }
 }
 
@@ -180,7 +220,36 @@ impl LoginPod {
         c.args(["--time=10:00", "--wrap", "echo ok"])
     }
 
-    /// Runs `id`, `sbatch --test-only` and `sacctmgr show association` as the user.
+    /// The smoke test's job step: `id -u; id -g` and the node's name, as the user, on a compute
+    /// node, with the tenant's account and the smoke gres. Bounded: it waits for resources at most
+    /// half the command timeout (`--immediate`, at most a minute) and runs at most a minute.
+    pub fn srun_ids(&self, user: &Username, account: &SlurmAccount) -> Command {
+        let mut c = self.as_user(user).args(["srun", "--quiet", "--ntasks=1", "--time=1", "--job-name=onramp-smoke"]);
+        let wait = (self.timeout.as_secs() / 2).clamp(1, 60);
+        c = c.arg(format!("--immediate={wait}")).arg(format!("--account={account}"));
+        if !self.settings.smoke_gres.is_empty() {
+            c = c.arg(format!("--gres={}", self.settings.smoke_gres));
+        }
+        c.args(["sh", "-c", "id -u; id -g; echo \"$SLURMD_NODENAME\""])
+    }
+
+    /// Runs [`Self::srun_ids`]; a refused or failed step is reported, not an error.
+    pub async fn compute_ids(&self, user: &Username, account: &SlurmAccount) -> Result<ComputeIds, LoginError> {
+        let srun = self.run(self.srun_ids(user, account)).await?;
+        if !srun.success() {
+            return Ok(ComputeIds { srun, ..Default::default() });
+        }
+        let mut lines = srun.stdout.lines().map(str::trim);
+        let (uid, gid) = (lines.next().and_then(|l| l.parse().ok()), lines.next().and_then(|l| l.parse().ok()));
+        let node = lines.next().unwrap_or_default().to_string();
+        if uid.is_none() || gid.is_none() {
+            return Err(LoginError::Unreadable { command: "srun id -u; id -g".into(), output: srun.stdout });
+        }
+        Ok(ComputeIds { uid, gid, node, srun })
+    }
+
+    /// Runs `id`, `sbatch --test-only`, `sacctmgr show association` and, through Slurm on a
+    /// compute node, `id -u; id -g`, as the user.
     pub async fn smoke_test(
         &self,
         user: &Username,
@@ -207,7 +276,16 @@ impl LoginPod {
             .arg("format=account");
         let accounts =
             self.must(assoc).await?.stdout.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
-        Ok(SmokeReport { uid: u, gid: g, expected: (uid, gid), sbatch, accounts, account: account.to_string() })
+        let compute = self.compute_ids(user, account).await?;
+        Ok(SmokeReport {
+            uid: u,
+            gid: g,
+            expected: (uid, gid),
+            sbatch,
+            accounts,
+            account: account.to_string(),
+            compute,
+        })
     }
 }
 
@@ -251,6 +329,11 @@ mod tests {
         assert_eq!(c.argv()[..4], ["sudo", "-u", "alice", "-i"]);
         assert_eq!(c.argv().last().unwrap(), "echo ok");
         assert!(c.argv().contains(&"--gres=gpu:1".to_string()));
+        let c = pod(&r).srun_ids(&u, &a);
+        assert_eq!(c.argv()[4..6], ["srun", "--quiet"]);
+        for arg in ["--account=tenant-foo", "--gres=gpu:1", "--immediate=2", "--time=1"] {
+            assert!(c.argv().contains(&arg.to_string()), "{arg} in {c}");
+        }
         let rep = SmokeReport {
             uid: Some(65534),
             gid: Some(65534),
@@ -258,8 +341,58 @@ mod tests {
             sbatch: Output::default(),
             accounts: vec!["tenant-foo".into()],
             account: "tenant-foo".into(),
+            compute: ComputeIds { uid: Some(5001), gid: Some(5001), node: "worker-0".into(), ..Default::default() },
         };
         assert_eq!(rep.problems().len(), 1);
         assert!(rep.problems()[0].contains("nobody"));
+    }
+
+    /// The pods answer `id` with `login` and srun's job step with `compute`.
+    fn answering(login: &'static str, compute: Output) -> Recorder {
+        Recorder::replying(move |c| match c.argv().get(4).map(String::as_str) {
+            Some("id") => Output { stdout: login.into(), ..Default::default() },
+            Some("srun") => compute.clone(),
+            Some("sacctmgr") => Output { stdout: "tenant-foo\n".into(), ..Default::default() },
+            _ => Output::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_compute_node_that_resolves_other_numbers_fails_with_the_runbooks_diagnosis() {
+        let (u, a) = (Username::parse("alice").unwrap(), SlurmAccount::parse("tenant-foo").unwrap());
+        let login = "uid=5001(alice) gid=5001(alice) groups=5001(alice)\n";
+        let same = Output { stdout: "5001\n5001\nworker-0\n".into(), ..Default::default() };
+        let rep = pod(&answering(login, same)).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        assert!(rep.passed(), "{:?}", rep.problems());
+        assert_eq!((rep.compute.uid, rep.compute.gid, rep.compute.node.as_str()), (Some(5001), Some(5001), "worker-0"));
+
+        // slurmd's nslcd numbers users differently: the login pod is right, the node is not.
+        let drift = Output { stdout: "65534\n65534\nworker-3\n".into(), ..Default::default() };
+        let rep = pod(&answering(login, drift)).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        let p = rep.problems();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("login pod (id): uid 5001 gid 5001"), "{}", p[0]);
+        assert!(p[0].contains("slurmd on worker-3 (srun id): uid 65534 gid 65534"), "{}", p[0]);
+        assert!(p[0].contains(NOBODY_DIAGNOSIS), "{}", p[0]);
+
+        // srun refused: said with Slurm's words; no free node within the wait is worth a retry
+        let srun = |e: &str| Output {
+            code: 1,
+            stderr: format!("srun: error: Unable to allocate resources: {e}\n"),
+            ..Default::default()
+        };
+        let rep = pod(&answering(login, srun("Invalid account"))).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        assert_eq!(
+            rep.problems(),
+            ["srun on a compute node failed (1): srun: error: Unable to allocate resources: Invalid account"]
+        );
+        assert_eq!(rep.retry_reason(), None);
+        let rep =
+            pod(&answering(login, srun("Requested nodes are busy"))).smoke_test(&u, &a, 5001, 5001).await.unwrap();
+        assert!(rep.retry_reason().is_some_and(|r| r.contains("no compute node was free")), "{rep:?}");
+        // Unreadable output is an error, not a pass.
+        let junk = Output { stdout: "hello\n".into(), ..Default::default() };
+        let e = pod(&answering(login, junk)).smoke_test(&u, &a, 5001, 5001).await.unwrap_err();
+        assert!(matches!(e, LoginError::Unreadable { .. }), "{e:?}");
     }
 }

@@ -127,6 +127,12 @@ impl Slurm for Batching {
     ) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.add(account, users, default_account, limits))
     }
+    fn ensure_qos<'a>(&'a self, specs: &'a [QosSpec]) -> SlurmFuture<'a, Ensured> {
+        self.inner.ensure_qos(specs)
+    }
+    fn qos<'a>(&'a self, names: &'a [crate::domain::names::QosName]) -> SlurmFuture<'a, Vec<QosState>> {
+        self.inner.qos(names)
+    }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
         self.inner.user(user)
     }

@@ -216,6 +216,12 @@ impl Slurm for SlurmCli {
     ) -> SlurmFuture<'a, Ensured> {
         Box::pin(self.ensure_users(account, users, default_account, limits))
     }
+    fn ensure_qos<'a>(&'a self, specs: &'a [QosSpec]) -> SlurmFuture<'a, Ensured> {
+        Box::pin(self.ensure_qos_all(specs))
+    }
+    fn qos<'a>(&'a self, names: &'a [crate::domain::names::QosName]) -> SlurmFuture<'a, Vec<QosState>> {
+        Box::pin(async move { Ok(self.read_qos(names).await?.into_values().collect()) })
+    }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
         Box::pin(async move { Ok(self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str())) })
     }

@@ -16,6 +16,7 @@ pub mod doctor;
 mod error;
 mod gate;
 pub mod parse;
+pub mod qos;
 mod types;
 mod users;
 mod values;
@@ -28,10 +29,11 @@ pub use batch::Batching;
 pub use client::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
 pub use gate::PgWriteGate;
+pub use qos::{QosSpec, QosState};
 pub use types::*;
 pub use values::*;
 
-use crate::domain::names::{SlurmAccount, Username};
+use crate::domain::names::{QosName, SlurmAccount, Username};
 
 pub type SlurmFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SlurmError>> + Send + 'a>>;
 
@@ -55,6 +57,10 @@ pub trait Slurm: Send + Sync {
         default_account: bool,
         limits: &'a UserLimits,
     ) -> SlurmFuture<'a, Ensured>;
+    /// The QOS, created or converged (cluster-wide), before any association names them.
+    fn ensure_qos<'a>(&'a self, specs: &'a [QosSpec]) -> SlurmFuture<'a, Ensured>;
+    /// Those of the QOS named that Slurm has.
+    fn qos<'a>(&'a self, names: &'a [QosName]) -> SlurmFuture<'a, Vec<QosState>>;
     /// The user's default account and associations on the cluster; `None` if Slurm has no such user.
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>>;
     /// Every association (accounts' and users') whose account is one of `accounts`, in one read.

@@ -157,6 +157,14 @@ pub(super) fn expand(template: &str, vars: &[(&str, &str)]) -> Result<String, St
 }
 
 impl K8sNames {
+    /// Where login-pod commands run, for messages: `namespace/pod` or `namespace/deploy/name`.
+    pub fn login_target(&self) -> String {
+        match &self.login_pod {
+            Some(p) => format!("{}/{p}", self.namespace),
+            None => format!("{}/deploy/{}", self.namespace, self.login_deployment),
+        }
+    }
+
     /// From the resolved values of [`FIELDS`], in order (`None`: the field is left empty).
     pub(super) fn from_values(v: [Option<String>; 10]) -> Self {
         let [

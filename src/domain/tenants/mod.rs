@@ -14,6 +14,8 @@
 //! uid_offset: 4000            # uidNumber = pk + uid_offset unless attributes.uidNumber is set
 //! gid_offset: 4000
 //! identities: { uid_min: 1000, reserved_names: [svc-*] } # see IdentityPolicy; root, slurm, … always
+//! qos:                        # created/converged by onboarding a tenant that names one (qos.rs)
+//!   - { name: high, priority: 100, max_tres_per_user: gres/gpu=8, max_jobs_per_user: 10 }
 //! kubernetes:                 # names for every tenant (each tenant's own block wins)
 //!   login_container: sshd     # default: the pod's only or default container
 //!   reservation_namespace: "-" # "-": Reservations are cluster-scoped; default: {namespace}
@@ -45,6 +47,7 @@ mod k8s;
 #[cfg(test)]
 mod k8s_tests;
 mod parse;
+mod qos;
 mod validate;
 
 use serde::{Deserialize, Serialize};
@@ -54,6 +57,7 @@ use crate::domain::names::{QosName, SlurmAccount, TenantName};
 
 pub use identity::{BUILT_IN_RESERVED, IdentityPolicy};
 pub use k8s::K8sNames;
+pub use qos::QosDecl;
 pub use validate::size;
 
 /// The tenant account's limits (sacctmgr Fairshare, GrpTRES, GrpJobs).
@@ -146,6 +150,8 @@ pub struct TenantRegistry {
     pub gid_offset: u32,
     /// Reserved names and the uid/gid range (the `identities:` block; see [`IdentityPolicy`]).
     pub identities: IdentityPolicy,
+    /// QOS onramp creates or converges (the `qos:` list; see `qos.rs`).
+    pub qos: Vec<QosDecl>,
     pub tenants: Vec<Tenant>,
 }
 

@@ -24,6 +24,9 @@ pub(super) struct RawRegistry {
     /// Kubernetes names for every tenant (each tenant's own block wins).
     #[serde(default)]
     pub(super) kubernetes: RawK8sNames,
+    /// QOS onramp creates or converges (see `super::qos`).
+    #[serde(default)]
+    pub(super) qos: Vec<super::qos::RawQos>,
     pub(super) tenants: Vec<RawTenant>,
 }
 

@@ -117,7 +117,8 @@ impl Validator<'_> {
                 Default::default()
             }
         };
-        TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, identities, tenants }
+        let qos = self.qos_decls(raw.qos);
+        TenantRegistry { uid_offset: raw.uid_offset, gid_offset: raw.gid_offset, identities, qos, tenants }
     }
 
     /// The tenant's Kubernetes names from its `kubernetes:` block (or the older `login_pod:`).
@@ -215,7 +216,7 @@ impl Validator<'_> {
     }
 
     /// `cpu=64,mem=512G,gres/gpu=128`
-    fn tres(&mut self, field: String, s: &str) {
+    pub(super) fn tres(&mut self, field: String, s: &str) {
         let ok = !s.is_empty()
             && s.split(',').all(|part| match part.split_once('=') {
                 Some((k, v)) => {

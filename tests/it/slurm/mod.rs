@@ -6,6 +6,8 @@
 mod accounts;
 mod edges;
 mod jobs;
+mod limits;
+mod qos;
 mod users;
 
 use std::sync::{Arc, OnceLock};
