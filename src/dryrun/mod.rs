@@ -7,6 +7,7 @@
 
 pub mod plan;
 mod recorder;
+mod sacct;
 mod sacctmgr;
 pub mod sim;
 
