@@ -39,10 +39,15 @@ async fn onboarded_with_a_finished_job(h: &Harness) -> String {
         .unwrap();
     assert!(o.status.success(), "sbatch: {}", String::from_utf8_lossy(&o.stderr));
     let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    // over a time window, as the export asks: `sacct -j` shows the job a moment sooner
     eventually(Duration::from_secs(60), "sacct to show the job ended", || async {
-        let o =
-            std::process::Command::new("sacct").args(["-n", "-P", "-X", "--format=State", "-j", &id]).output().unwrap();
-        (String::from_utf8_lossy(&o.stdout).trim() == "COMPLETED").then_some(())
+        let o = std::process::Command::new("sacct")
+            .args(["-n", "-P", "-X", "--allusers", "-S", "1970-01-01", "-E", "now+1days", "--format=JobID,State"])
+            .arg(format!("--user={UNIX_USER}"))
+            .arg(format!("--accounts={}", h.team))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).lines().any(|l| l == format!("{id}|COMPLETED")).then_some(())
     })
     .await;
     id

@@ -45,13 +45,15 @@ pub struct UserRecord {
     pub associations: Vec<String>,
 }
 
-/// sacct's selection of the scope over all time, on this cluster, requeued runs included.
+/// sacct's selection of the scope over all time, on this cluster, requeued runs included. The
+/// window ends a day ahead: sacct leaves out a job that started in the very second its window
+/// ends (`--endtime=now` missed a job started in the second of the export).
 fn sacct_selection(cluster: &ClusterName, scope: &JobScope, accounts: &[SlurmAccount]) -> Vec<String> {
     let mut args = vec![
         "--allusers".to_string(),
         "--duplicates".into(),
         "--starttime=1970-01-01".into(),
-        "--endtime=now".into(),
+        "--endtime=now+1days".into(),
         format!("--clusters={cluster}"),
     ];
     match scope {
@@ -205,7 +207,7 @@ mod tests {
                 "--allusers",
                 "--duplicates",
                 "--starttime=1970-01-01",
-                "--endtime=now",
+                "--endtime=now+1days",
                 "--clusters=production",
                 "--user=alice",
                 "--accounts=ml-team-foo"
