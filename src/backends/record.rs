@@ -18,15 +18,18 @@ use crate::domain::sshkey::PublicKey;
 use crate::domain::tenants::K8sNames;
 use crate::effects::EffectLog;
 
-/// Whether a command changes something. Reads: `sacctmgr -n -P show`, squeue, scontrol, ls, cat,
-/// stat, test, and what the smoke test runs as the user (`id`, `sbatch --test-only`, `sacctmgr
-/// show`). Everything else (sacctmgr -i, scancel, the home directory's commands, the storage
-/// CLI) is a change.
+/// Whether a command changes something. Reads: `sacctmgr -n -P show`, squeue, scontrol, sacct,
+/// ls, cat, stat, test, sha256sum, `wc` (reading an export back), and what the smoke test runs as
+/// the user (`id`, `sbatch --test-only`, `sacctmgr show`). Everything else (sacctmgr -i, scancel,
+/// the export's `sh -c` writing its file, the home directory's commands, the storage CLI) is a
+/// change.
 pub fn is_write(cmd: &Command) -> bool {
     let argv = cmd.argv();
     match argv[0].rsplit('/').next().unwrap_or_default() {
         "sacctmgr" => argv.get(1).is_some_and(|a| a == "-i"),
-        "squeue" | "scontrol" | "ls" | "cat" | "stat" | "test" | "id" | "getent" => false,
+        "squeue" | "scontrol" | "sacct" | "ls" | "cat" | "stat" | "test" | "sha256sum" | "wc" | "id" | "getent" => {
+            false
+        }
         "sudo" | "runuser" | "su" | "setpriv" => !argv.iter().any(|a| a == "id" || a == "--test-only" || a == "show"),
         _ => true,
     }

@@ -8,6 +8,7 @@
 pub mod plan;
 mod qos;
 mod recorder;
+mod sacct;
 mod sacctmgr;
 pub mod sim;
 

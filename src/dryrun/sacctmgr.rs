@@ -1,6 +1,7 @@
 //! A simulated slurmctld host for dry runs: `sacctmgr` (accounts, users, associations, archive
-//! dump), `squeue` (no jobs), `scancel`, `scontrol show config`, `ls` and `cat`, answering in
-//! the `-n -P` format the real backend parses. State lives in memory; nothing runs.
+//! dump), `squeue` (no jobs), `scancel`, `scontrol show config`, `ls`, `cat` and the accounting
+//! exports (`super::sacct`), answering in the `-n -P` format the real backend parses. State
+//! lives in memory; nothing runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -97,6 +98,7 @@ pub struct SlurmSim {
     users: BTreeMap<String, User>,
     files: BTreeMap<String, BTreeSet<String>>,
     qos: super::qos::QosTable,
+    exports: super::sacct::Exports,
 }
 
 fn ok(stdout: impl Into<String>) -> Output {
@@ -148,7 +150,10 @@ impl SlurmSim {
                 .files
                 .get(argv.last().map(String::as_str).unwrap_or(""))
                 .map_or(String::new(), |f| f.iter().map(|n| format!("{n}\n")).collect::<String>())),
-            _ => Output { code: 1, stdout: String::new(), stderr: format!("{}: not simulated\n", argv[0]) },
+            _ => match self.exports.run(argv, &mut self.files) {
+                Some(o) => o,
+                None => Output { code: 1, stdout: String::new(), stderr: format!("{}: not simulated\n", argv[0]) },
+            },
         }
     }
 
@@ -168,10 +173,13 @@ impl SlurmSim {
             }
             Some("user") => {
                 for n in list(cond.get("name")) {
-                    if let Some(u) = self.users.get(&n) {
-                        let each = u.assocs.iter().map(|(a, x)| x.row(&self.cluster, a, &n));
-                        rows.extend(each.map(|r| format!("{}|{r}", u.default_account)));
+                    let Some(u) = self.users.get(&n) else { continue };
+                    if format.eq_ignore_ascii_case("user,cluster,account,partition") {
+                        rows.extend(u.assocs.keys().map(|a| format!("{n}|{}|{a}|", self.cluster)));
+                        continue;
                     }
+                    let each = u.assocs.iter().map(|(a, x)| x.row(&self.cluster, a, &n));
+                    rows.extend(each.map(|r| format!("{}|{r}", u.default_account)));
                 }
             }
             Some("assoc" | "association" | "associations") => {

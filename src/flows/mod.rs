@@ -24,6 +24,7 @@ macro_rules! steps {
 }
 pub(crate) use steps;
 
+pub mod archive;
 pub mod backends;
 pub mod drain;
 pub mod membership;

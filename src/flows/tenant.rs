@@ -274,8 +274,8 @@ impl TenantOffboard {
             }
             OffboardStep::Snapshot => snapshot(b, &t, &name).await,
             OffboardStep::Archive => {
-                let r = b.slurm.archive_dump(&b.archive_dir).await.step("sacctmgr archive dump")?;
-                Ok(Transition::done(&Archived { directory: r.directory, written: r.written, message: r.message }))
+                let export = super::archive::tenant_export_name(&name, super::archive::today());
+                super::archive::archive(b, &scope, &export).await
             }
             OffboardStep::ReleaseNodes => {
                 let k = &t.kubernetes;
@@ -293,6 +293,8 @@ impl TenantOffboard {
             }),
             OffboardStep::DeleteAccounts => {
                 require_snapshot_and_archive(ctx).map_err(Transition::Fail)?;
+                let step = OffboardStep::Archive.name();
+                let intact = super::archive::require_archive_intact(b, ctx, step, &scope).await?;
                 let d = b.slurm.delete_account(&t.account).await.step("delete the tenant's accounts")?;
                 let left = b.slurm.associations(&t.accounts()).await.step("read the accounts back")?;
                 if !left.is_empty() {
@@ -303,7 +305,7 @@ impl TenantOffboard {
                     Deleted::Deleted { removed } => removed,
                     Deleted::AlreadyGone => vec![],
                 };
-                Ok(Transition::Done(json!({ "deleted": true, "removed": removed })))
+                Ok(Transition::Done(json!({ "deleted": true, "removed": removed, "archive": intact })))
             }
         }
     }

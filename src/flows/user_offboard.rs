@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 
 use super::backends::{Backends, IntoTransition, StepError};
 use super::user_onboard::{Names, names};
-use super::{StepResult, drain, finish, specs};
+use super::{StepResult, archive, drain, finish, specs};
 use crate::backends::notify::{Offboarding, Recipient};
 use crate::backends::slurm::{Deleted, JobScope};
 use crate::backends::storage::{Dir, Snapshot, SnapshotName};
@@ -91,15 +91,7 @@ pub struct HomeSnapshot {
     pub existed: bool,
 }
 
-/// The `archive` step's output (of both offboardings): what `sacctmgr archive dump` wrote.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Archived {
-    pub directory: String,
-    #[serde(default)]
-    pub written: Vec<String>,
-    #[serde(default)]
-    pub message: String,
-}
+pub use super::archive::Archived;
 
 pub struct UserOffboard(pub Arc<Backends>);
 
@@ -199,10 +191,10 @@ impl UserOffboard {
                 Ok(Transition::done(&out))
             }
             Step::Archive => {
-                let r = b.slurm.archive_dump(&b.archive_dir).await.step("sacctmgr archive dump")?;
-                Ok(Transition::done(&Archived { directory: r.directory, written: r.written, message: r.message }))
+                let name = archive::user_export_name(&n.tenant, &n.account, &n.user, archive::today());
+                archive::archive(b, &scope, &name).await
             }
-            Step::Delete => delete(b, &n, ctx).await,
+            Step::Delete => delete(b, &n, &scope, ctx).await,
         }
     }
 }
@@ -268,9 +260,11 @@ async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     })
 }
 
-/// Only after the snapshot and the archive of this job succeeded. A user who is an active
-/// member placed under the account again is restored (unblocked) instead.
-async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
+/// Only after the snapshot and the archive of this job succeeded, and while the archive's export
+/// is on the Slurm host as written. A user who is an active member placed under the account again
+/// is restored (unblocked) instead. The user record goes with the last association; one with
+/// associations elsewhere (another tenant's) keeps it, and them.
+async fn delete(b: &Backends, n: &Names, scope: &JobScope, ctx: &StepCtx) -> StepResult {
     require_archived(ctx).map_err(Transition::Fail)?;
     match b.authentik.user_by_username(n.user.as_str()).await {
         Ok(u) if u.is_active && b.tenants.placements(&u.group_names()).iter().any(|(_, a)| a == &n.account) => {
@@ -284,6 +278,7 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
         Ok(_) | Err(crate::backends::authentik::AuthentikError::NotFound(_)) => {}
         Err(e) => return Err(e.transition("re-check the user in Authentik")),
     }
+    let intact = archive::require_archive_intact(b, ctx, Step::Archive.name(), scope).await?;
     let d = b.slurm.delete_user_association(&n.user, &n.account).await.step("delete the Slurm association")?;
     let after = b.slurm.user(&n.user).await.step("read the user back")?;
     if after.as_ref().is_some_and(|s| s.assocs.iter().any(|a| a.account == n.account.as_str())) {
@@ -293,7 +288,20 @@ async fn delete(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
         Deleted::Deleted { removed } => removed,
         Deleted::AlreadyGone => vec![],
     };
-    Ok(Transition::Done(json!({ "deleted": true, "removed": removed, "user_record_left": after.is_some() })))
+    let (record, kept_by) = match b.slurm.user_record(&n.user).await.step("read the user record")? {
+        // Slurm removes a user record with its last association
+        None => ("gone", vec![]),
+        Some(r) if !r.associations.is_empty() => ("kept", r.associations),
+        Some(_) => {
+            b.slurm.delete_user(&n.user).await.step("delete the user record")?;
+            if b.slurm.user_record(&n.user).await.step("read the user record back")?.is_some() {
+                return Ok(Transition::Retry(format!("{}'s user record is still there", n.user)));
+            }
+            ("deleted", vec![])
+        }
+    };
+    Ok(Transition::Done(json!({ "deleted": true, "removed": removed, "user_record": record,
+                               "user_record_kept_by": kept_by, "archive": intact })))
 }
 
 /// The order the runbook insists on: a delete only after this job's snapshot and archive succeeded.

@@ -11,6 +11,7 @@ mod dev;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
+mod flows_archive;
 mod flows_plan;
 mod flows_support;
 mod flows_tenant;

@@ -168,6 +168,18 @@ impl Slurm for Batching {
     fn archive_dump<'a>(&'a self, dir: &'a HostPath) -> SlurmFuture<'a, ArchiveReport> {
         self.inner.archive_dump(dir)
     }
+    fn export_records<'a>(&'a self, scope: &'a JobScope, path: &'a HostPath) -> SlurmFuture<'a, RecordsExport> {
+        self.inner.export_records(scope, path)
+    }
+    fn records_file<'a>(&'a self, path: &'a HostPath) -> SlurmFuture<'a, Option<RecordsFile>> {
+        self.inner.records_file(path)
+    }
+    fn count_records<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, u64> {
+        self.inner.count_records(scope)
+    }
+    fn user_record<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserRecord>> {
+        self.inner.user_record(user)
+    }
     fn delete_user_association<'a>(
         &'a self,
         user: &'a Username,

@@ -91,7 +91,7 @@ impl SlurmCli {
 
     /// An account scope is the account and every account below it: jobs are charged to the
     /// team accounts, and squeue/scancel `--account=tenant` would not see them.
-    async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {
+    pub(super) async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {
         let a = match scope {
             JobScope::Account(a) => a,
             JobScope::UserIn(_, accounts) => return Ok(accounts.clone()),
@@ -262,6 +262,18 @@ impl Slurm for SlurmCli {
     }
     fn archive_dump<'a>(&'a self, dir: &'a HostPath) -> SlurmFuture<'a, ArchiveReport> {
         Box::pin(self.archive(dir))
+    }
+    fn export_records<'a>(&'a self, scope: &'a JobScope, path: &'a HostPath) -> SlurmFuture<'a, RecordsExport> {
+        Box::pin(self.write_export(scope, path))
+    }
+    fn records_file<'a>(&'a self, path: &'a HostPath) -> SlurmFuture<'a, Option<RecordsFile>> {
+        Box::pin(self.read_export(path))
+    }
+    fn count_records<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, u64> {
+        Box::pin(self.count_in(scope))
+    }
+    fn user_record<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserRecord>> {
+        Box::pin(self.read_user_record(user))
     }
     fn delete_user_association<'a>(
         &'a self,

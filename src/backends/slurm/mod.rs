@@ -14,6 +14,7 @@ mod client;
 pub mod command;
 pub mod doctor;
 mod error;
+pub mod export;
 mod gate;
 pub mod parse;
 pub mod qos;
@@ -28,6 +29,7 @@ use std::pin::Pin;
 pub use batch::Batching;
 pub use client::{GateGuard, SlurmCli, WriteGate};
 pub use error::SlurmError;
+pub use export::{RecordsExport, RecordsFile, UserRecord};
 pub use gate::PgWriteGate;
 pub use qos::{QosSpec, QosState};
 pub use types::*;
@@ -94,6 +96,16 @@ pub trait Slurm: Send + Sync {
 
     /// `sacctmgr archive dump Directory=…`, reporting the files that really appeared.
     fn archive_dump<'a>(&'a self, dir: &'a HostPath) -> SlurmFuture<'a, ArchiveReport>;
+    /// The scope's accounting records over all time (sacct, `|`-separated, a header line then a
+    /// row per job and step) written to `path` on the Slurm host, then read back there.
+    fn export_records<'a>(&'a self, scope: &'a JobScope, path: &'a HostPath) -> SlurmFuture<'a, RecordsExport>;
+    /// An export's sha256 and data rows as the Slurm host reads them now; `None`: no such file.
+    fn records_file<'a>(&'a self, path: &'a HostPath) -> SlurmFuture<'a, Option<RecordsFile>>;
+    /// How many accounting records (jobs and steps) sacct shows for the scope now.
+    fn count_records<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, u64>;
+    /// The user's record in the accounting database with its associations on any cluster;
+    /// `None` when there is no such user.
+    fn user_record<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserRecord>>;
 
     /// Removes the user's association with the account, refusing while the user has jobs there;
     /// switches the DefaultAccount to another association first when needed.
