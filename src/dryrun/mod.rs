@@ -9,5 +9,6 @@ pub mod plan;
 mod recorder;
 mod sacctmgr;
 pub mod sim;
+mod storage;
 
 pub use recorder::Recorder;

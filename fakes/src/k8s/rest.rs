@@ -175,8 +175,12 @@ pub(super) async fn rest(
                 .into_response()
         }
         ("delete", true) => match g.store(&t.key, None) {
-            Some(_) => axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
-                .into_response(),
+            Some(obj) => {
+                drop(g);
+                super::operator::deleted(&inner, &t.key, &obj);
+                axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
+                    .into_response()
+            }
             None => not_found(),
         },
         ("patch", true) => {
