@@ -22,9 +22,13 @@ use crate::effects::EffectLog;
 /// Whether a command changes something. Reads: `sacctmgr -n -P show`, squeue, scontrol, ls, cat,
 /// stat, test, and what the smoke test runs as the user (`id`, `sbatch --test-only`, `sacctmgr
 /// show`). Everything else (sacctmgr -i, scancel, the home directory's commands, the storage
-/// CLI) is a change.
+/// CLI's sets and snapshots) is a change; the storage CLI's quota read-backs (`weka fs quota
+/// list`, `lfs quota`) are reads, whatever the binary is called.
 pub fn is_write(cmd: &Command) -> bool {
     let argv = cmd.argv();
+    if argv.windows(3).any(|w| w == ["fs", "quota", "list"]) || argv.get(1).is_some_and(|a| a == "quota") {
+        return false;
+    }
     match argv[0].rsplit('/').next().unwrap_or_default() {
         "sacctmgr" => argv.get(1).is_some_and(|a| a == "-i"),
         "squeue" | "scontrol" | "ls" | "cat" | "stat" | "test" | "id" | "getent" => false,

@@ -315,6 +315,10 @@ mod tests {
         );
         assert_eq!(l.quota_command(&reg_home, q).unwrap().argv().last().unwrap(), "/homes");
         assert_eq!(l.quota_read_command(&reg_scratch).unwrap().to_string(), "lfs quota -g tenant-foo /t/foo/scratch");
+        // a read-back is a read in plans and audits; the set is a change
+        assert!(!crate::backends::record::is_write(&w.quota_read_command(&home).unwrap()));
+        assert!(!crate::backends::record::is_write(&l.quota_read_command(&home).unwrap()));
+        assert!(crate::backends::record::is_write(&w.quota_command(&home, q).unwrap()));
         let c = storage(Backend::Command, &r);
         assert!(c.quota_read_command(&home).is_none());
         assert_eq!(c.quota_command(&home, q).unwrap().argv(), ["setq", "--who=alice", "/home/alice", "100000000000"]);
