@@ -102,13 +102,19 @@ pub async fn cluster_gone(b: &Backends, k: &K8sNames, ctx: &StepCtx) -> StepResu
     }
     let list: Vec<String> = left.iter().map(ToString::to_string).collect();
     if ctx.poll_expired() {
+        let by_hand: Vec<String> = left.iter().map(|l| format!("{}/{}", l.kind.to_lowercase(), l.name)).collect();
         return Ok(Transition::Fail(format!(
             "{owner} is deleted but after {}s the operator has not removed what it owned: {}; check the operator's \
-             logs, delete these by hand (kubectl -n {} delete …), then retry the job",
+             logs, delete them by hand (kubectl -n {} delete {}), then retry the job",
             b.timings.cleanup_deadline.as_secs(),
             list.join(", "),
-            k.namespace
+            k.namespace,
+            by_hand.join(" ")
         )));
     }
     Ok(Transition::Poll { every: b.timings.cleanup_poll, for_at_most: b.timings.cleanup_deadline })
 }
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;
