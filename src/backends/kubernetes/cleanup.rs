@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde::{Deserialize, Serialize};
@@ -44,8 +45,7 @@ pub struct Owned {
 }
 
 impl Owned {
-    fn from_dynamic(kind: &str, o: &DynamicObject) -> Self {
-        let m = &o.metadata;
+    fn from_meta(kind: &str, m: &ObjectMeta) -> Self {
         let owners = m
             .owner_references
             .iter()
@@ -104,8 +104,11 @@ impl K8s {
             let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
             let api: Api<DynamicObject> = Api::namespaced_with(self.client().clone(), ns, &ar);
             let resource = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
-            match self.call(Call::new("list", resource, Some(ns), None), api.list(&ListParams::default())).await {
-                Ok(list) => objects.extend(list.items.iter().map(|o| Owned::from_dynamic(kind, o))),
+            // metadata only: owners are all the check needs (and Secrets' values never reach onramp)
+            let lp = ListParams::default();
+            let list = api.list_metadata(&lp);
+            match self.call(Call::new("list", resource, Some(ns), None), list).await {
+                Ok(list) => objects.extend(list.items.iter().map(|o| Owned::from_meta(kind, &o.metadata))),
                 Err(e) if e.is_not_found() && kind == "NodeSet" => {}
                 Err(e) => return Err(e),
             }
