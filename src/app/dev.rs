@@ -67,6 +67,8 @@ fn dev_timings() -> flows::Timings {
         restart_wait: s(10),
         drain_poll: s(5),
         drain_deadline: s(60),
+        cleanup_poll: s(2),
+        cleanup_deadline: s(60),
         retention: s(120),
         retry_initial: s(1),
     }

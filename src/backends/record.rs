@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::backends::authentik::{Authentik, AuthentikFuture, User};
 use crate::backends::exec::{Command, RunFuture, Transport};
 use crate::backends::kubernetes::api::K8sFuture;
+use crate::backends::kubernetes::cleanup::Leftover;
 use crate::backends::kubernetes::keys::{Applied, KeyState};
 use crate::backends::kubernetes::tenant::{Deleted, TENANT_LABEL};
 use crate::backends::kubernetes::{K8sSettings, Kubernetes};
@@ -19,12 +20,16 @@ use crate::domain::tenants::K8sNames;
 use crate::effects::EffectLog;
 
 /// Whether a command changes something. Reads: `sacctmgr -n -P show`, squeue, scontrol, sacct,
-/// ls, cat, stat, test, sha256sum, `wc` (reading an export back), and what the smoke test runs as
-/// the user (`id`, `sbatch --test-only`, `sacctmgr show`). Everything else (sacctmgr -i, scancel,
-/// the export's `sh -c` writing its file, the home directory's commands, the storage CLI) is a
-/// change.
+/// ls, cat, stat, test, sha256sum, `wc` (reading an export back), what the smoke test runs as
+/// the user (`id`, `sbatch --test-only`, `sacctmgr show`), and the storage CLI's quota
+/// read-backs (`weka fs quota list`, `lfs quota`, whatever the binary is called). Everything else
+/// (sacctmgr -i, scancel, the export's `sh -c` writing its file, the home directory's commands,
+/// the storage CLI's sets and snapshots) is a change.
 pub fn is_write(cmd: &Command) -> bool {
     let argv = cmd.argv();
+    if argv.windows(3).any(|w| w == ["fs", "quota", "list"]) || argv.get(1).is_some_and(|a| a == "quota") {
+        return false;
+    }
     match argv[0].rsplit('/').next().unwrap_or_default() {
         "sacctmgr" => argv.get(1).is_some_and(|a| a == "-i"),
         "squeue" | "scontrol" | "sacct" | "ls" | "cat" | "stat" | "test" | "sha256sum" | "wc" | "id" | "getent" => {
@@ -100,6 +105,12 @@ impl Kubernetes for RecordingK8s {
         self.api("PATCH", format!("{path} (apply)"), true);
         self.inner.apply_network_policy(n)
     }
+    fn read_network_policy<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Option<serde_json::Value>> {
+        let path =
+            format!("/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies/{}", n.namespace, n.network_policy);
+        self.api("GET", path, false);
+        self.inner.read_network_policy(n)
+    }
     fn remove_node_labels<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Vec<String>> {
         let label = &n.node_label;
         self.api("PATCH", format!("/api/v1/nodes?labelSelector={TENANT_LABEL}={label} (remove the label)"), true);
@@ -119,6 +130,12 @@ impl Kubernetes for RecordingK8s {
         let ns = n.reservation_namespace.as_deref();
         self.api("DELETE", self.custom(&self.settings.reservation_resource, ns, &n.reservation), true);
         self.inner.delete_reservation(n)
+    }
+    fn cluster_leftovers<'a>(&'a self, n: &'a K8sNames) -> K8sFuture<'a, Vec<Leftover>> {
+        let (ns, c) = (&n.namespace, &n.slurm_cluster);
+        let what = "nodesets, statefulsets, pods, secrets";
+        self.api("GET", format!("/api/v1/namespaces/{ns} ({what} owned by SlurmCluster {c})"), false);
+        self.inner.cluster_leftovers(n)
     }
     fn slurmctld(&self) -> Arc<dyn Transport> {
         RecordingTransport::wrap("slurm", self.inner.slurmctld(), &self.log)

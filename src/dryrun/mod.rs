@@ -11,5 +11,6 @@ mod recorder;
 mod sacct;
 mod sacctmgr;
 pub mod sim;
+mod storage;
 
 pub use recorder::Recorder;

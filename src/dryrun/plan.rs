@@ -54,6 +54,8 @@ pub struct Plan {
     pub input: Value,
     /// The tenant's names in Kubernetes the flow acts on (from the tenant registry).
     pub kubernetes: K8sNames,
+    /// The address the tenant's users SSH to (`--login-address`, `{tenant}` filled in).
+    pub login_address: String,
     /// What the simulation took to be true before the flow starts.
     pub assumptions: Vec<String>,
     pub steps: Vec<PlanStep>,
@@ -244,7 +246,8 @@ pub async fn plan(
     })
     .await;
     let kubernetes = t.kubernetes.clone();
-    Ok(Plan { flow: req.flow.clone(), input, kubernetes, assumptions, steps, stopped: result.err() })
+    let login_address = cfg.login_address.replace("{tenant}", t.name.as_str());
+    Ok(Plan { flow: req.flow.clone(), input, kubernetes, login_address, assumptions, steps, stopped: result.err() })
 }
 
 /// The tenant's Kubernetes names on one line, as `kubectl` would name them.
@@ -281,6 +284,7 @@ impl Plan {
     pub fn text(&self) -> String {
         let mut out = format!("plan of {} {}\n", self.flow, self.input);
         out.push_str(&format!("  names: {}\n", names_line(&self.kubernetes)));
+        out.push_str(&format!("  login: {}\n", self.login_address));
         for a in &self.assumptions {
             out.push_str(&format!("  assumes: {a}\n"));
         }

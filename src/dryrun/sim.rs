@@ -16,6 +16,7 @@ use super::sacctmgr::SlurmSim;
 use crate::backends::authentik::{Authentik, AuthentikError, AuthentikFuture, User};
 use crate::backends::exec::{Command, Output, RunFuture, Transport};
 use crate::backends::kubernetes::api::K8sFuture;
+use crate::backends::kubernetes::cleanup::Leftover;
 use crate::backends::kubernetes::keys::{Applied, KeyState};
 use crate::backends::kubernetes::tenant::Deleted;
 use crate::backends::kubernetes::{K8sSettings, Kubernetes};
@@ -184,15 +185,6 @@ impl Transport for Host {
     }
 }
 
-/// Storage: every quota and snapshot command succeeds.
-struct Accepting;
-
-impl Transport for Accepting {
-    fn run<'a>(&'a self, _: &'a Command, _: Duration) -> RunFuture<'a> {
-        answer(status(0))
-    }
-}
-
 /// The Kubernetes API: key Secrets in memory (kept in step with Authentik by the sync, as the
 /// runbook expects), and every other request succeeds.
 pub struct SimK8s(pub Arc<World>);
@@ -222,6 +214,11 @@ impl Kubernetes for SimK8s {
     fn apply_network_policy<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, ()> {
         done(())
     }
+    /// The API server keeps what was applied.
+    fn read_network_policy<'a>(&'a self, t: &'a K8sNames) -> K8sFuture<'a, Option<serde_json::Value>> {
+        let p = crate::backends::kubernetes::tenant::network_policy(t, &self.0.settings.slurm_namespace);
+        done(Some(p["spec"].clone()))
+    }
     fn remove_node_labels<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Vec<String>> {
         done(vec![])
     }
@@ -233,6 +230,10 @@ impl Kubernetes for SimK8s {
     }
     fn delete_reservation<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Deleted> {
         done(Deleted::Deleted)
+    }
+    /// The operator cleans up at once.
+    fn cluster_leftovers<'a>(&'a self, _: &'a K8sNames) -> K8sFuture<'a, Vec<Leftover>> {
+        done(vec![])
     }
     fn slurmctld(&self) -> Arc<dyn Transport> {
         self.0.slurm_host()
@@ -357,9 +358,11 @@ pub fn backends(
     let slurm = SlurmCli::new(RecordingTransport::wrap("slurm", world.slurm_host(), log), cfg.cluster.clone());
     let slurm = crate::backends::slurm::Batching::new(Arc::new(slurm), cfg.batch_window);
     let k8s = RecordingK8s { inner: Arc::new(SimK8s(world.clone())), settings: cfg.k8s.clone(), log: log.clone() };
-    let storage =
-        CommandStorage::new(RecordingTransport::wrap("storage", Arc::new(Accepting), log), cfg.storage.clone())
-            .map_err(|e| e.to_string())?;
+    let storage = CommandStorage::new(
+        RecordingTransport::wrap("storage", Arc::new(super::storage::SimStorageCli::default()), log),
+        cfg.storage.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     let notifier: Option<Arc<dyn Notifier>> =
         cfg.notify.then(|| Arc::new(RecordingNotifier { inner: Arc::new(Silent), log: log.clone() }) as _);
     Ok(Backends::new(

@@ -30,6 +30,10 @@ pub struct Timings {
     pub drain_poll: Duration,
     /// How long running jobs may drain before a hard cutoff needs approval.
     pub drain_deadline: Duration,
+    /// How often to look whether a deleted SlurmCluster's objects are gone.
+    pub cleanup_poll: Duration,
+    /// How long the operator may take to remove them before the job needs attention.
+    pub cleanup_deadline: Duration,
     /// How long a departed user's or tenant's data is kept before deletion (30 days).
     pub retention: Duration,
     /// The first retry delay of a failed step (doubling up to two minutes).
@@ -45,6 +49,8 @@ impl Default for Timings {
             restart_wait: Duration::from_secs(60),
             drain_poll: Duration::from_secs(5 * 60),
             drain_deadline: Duration::from_secs(7 * 24 * 3600),
+            cleanup_poll: Duration::from_secs(10),
+            cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 24 * 3600),
             retry_initial: Duration::from_secs(2),
         }
@@ -104,6 +110,11 @@ impl Backends {
         self.tenants
             .tenant(name)
             .ok_or_else(|| Transition::Fail(format!("tenant {name:?} is not in the tenant registry")))
+    }
+
+    /// The address the tenant's users SSH to: `login_address` with `{tenant}` filled in.
+    pub fn login_address_of(&self, tenant: &TenantName) -> String {
+        self.login_address.replace("{tenant}", tenant.as_str())
     }
 
     /// The tenant's names in Kubernetes, as the registry resolved them.

@@ -35,6 +35,7 @@ pub mod specs;
 pub mod tenant;
 pub mod user_offboard;
 pub mod user_onboard;
+pub mod verify;
 
 use std::sync::Arc;
 

@@ -13,6 +13,8 @@ pub struct FlowSettings {
     pub key_deadline: Duration,
     /// How long running jobs may drain before a hard cutoff needs approval.
     pub drain_deadline: Duration,
+    /// How long the operator may take to remove a deleted SlurmCluster's NodeSets, pods and Secrets.
+    pub cleanup_deadline: Duration,
     /// How long a departed user's data is kept before the snapshot, archive and deletion.
     pub retention: Duration,
     /// Where `sacctmgr archive dump` writes, on the slurmctld host.
@@ -26,6 +28,7 @@ impl Default for FlowSettings {
             propagation_wait: Duration::from_secs(60),
             key_deadline: Duration::from_secs(15 * 60),
             drain_deadline: Duration::from_secs(7 * 86400),
+            cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 86400),
             archive_dir: "/var/spool/slurm/archive".into(),
         }
@@ -39,6 +42,7 @@ impl FlowSettings {
             restart_wait: self.propagation_wait,
             key_deadline: self.key_deadline,
             drain_deadline: self.drain_deadline,
+            cleanup_deadline: self.cleanup_deadline,
             retention: self.retention,
             ..Timings::default()
         }

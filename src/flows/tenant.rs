@@ -16,9 +16,9 @@ use time::OffsetDateTime;
 use super::backends::{Backends, StepError};
 use super::reconcile::plan::{self, Action, Member, Op};
 use super::user_offboard::{Archived, HomeSnapshot};
-use super::{StepResult, drain, finish, specs};
+use super::{StepResult, drain, finish, specs, verify};
 use crate::backends::slurm::{Deleted, JobScope, QosSpec};
-use crate::backends::storage::{Dir, Quota, Snapshot, SnapshotName};
+use crate::backends::storage::{Snapshot, SnapshotName};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::Tenant;
 use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -110,7 +110,7 @@ impl Flow for TenantOnboard {
 impl TenantOnboard {
     async fn step(&self, step: OnboardStep, ctx: &StepCtx) -> StepResult {
         let b = &*self.0;
-        let (_, t, name) = checked(b, ctx)?;
+        let (_, t, _) = checked(b, ctx)?;
         match step {
             OnboardStep::Qos => qos(b, &t).await,
             OnboardStep::Accounts => {
@@ -127,20 +127,11 @@ impl TenantOnboard {
                 }
                 Ok(Transition::Done(json!({ "created": e.created, "changed": e.changed, "accounts": accounts })))
             }
-            OnboardStep::NetworkPolicy => {
-                let k = &t.kubernetes;
-                b.k8s.apply_network_policy(k).await.step("apply the tenant's NetworkPolicy")?;
-                Ok(Transition::Done(json!({ "network_policy": k.network_policy, "namespace": k.namespace })))
-            }
-            OnboardStep::ScratchQuota => {
-                let Some(q) = &t.quotas.scratch else {
-                    return Ok(Transition::Done(json!({ "skipped": "the tenant has no scratch quota" })));
-                };
-                let quota =
-                    Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("scratch quota: {e}")))?;
-                b.storage.set_quota(&Dir::Scratch(name.clone()), quota).await.step("set the scratch quota")?;
-                Ok(Transition::Done(json!({ "hard": q.hard, "soft": q.soft })))
-            }
+            OnboardStep::NetworkPolicy => verify::policy(b, &t.kubernetes, ctx).await,
+            OnboardStep::ScratchQuota => match &t.quotas.scratch {
+                Some(q) => verify::quota(b, &verify::scratch_place(&t), q, "scratch", ctx).await,
+                None => Ok(Transition::Done(json!({ "skipped": "the tenant has no scratch quota" }))),
+            },
             OnboardStep::Members => members(b, &t, ctx).await,
         }
     }
@@ -266,12 +257,7 @@ impl TenantOffboard {
                 Ok(Transition::Done(json!({ "cancelled": c.cancelled, "remaining": c.remaining })))
             }
             OffboardStep::Drain => drain::drain(b, &scope, "the tenant's", input.hard_cutoff, ctx).await,
-            OffboardStep::DeleteCluster => {
-                let k = &t.kubernetes;
-                let d = b.k8s.delete_slurm_cluster(k).await.step("delete the Slurm cluster resource")?;
-                Ok(Transition::Done(json!({ "slurm_cluster": format!("{d:?}"), "name": k.slurm_cluster,
-                                            "namespace": k.namespace })))
-            }
+            OffboardStep::DeleteCluster => verify::cluster_gone(b, &t.kubernetes, ctx).await,
             OffboardStep::Snapshot => snapshot(b, &t, &name).await,
             OffboardStep::Archive => {
                 let export = super::archive::tenant_export_name(&name, super::archive::today());
@@ -318,7 +304,7 @@ async fn snapshot(b: &Backends, t: &Tenant, name: &TenantName) -> StepResult {
     let mut taken = vec![];
     let scratch =
         SnapshotName::parse(&format!("offboard-final-{name}-{date}")).map_err(|e| Transition::Fail(e.to_string()))?;
-    let s = b.storage.snapshot(&Dir::Scratch(name.clone()), &scratch).await.step("snapshot scratch")?;
+    let s = b.storage.snapshot(&verify::scratch_place(t), &scratch).await.step("snapshot scratch")?;
     taken.push(HomeSnapshot { snapshot: scratch.as_str().to_string(), existed: s == Snapshot::Exists });
     let assocs = b.slurm.associations(&t.accounts()).await.step("list the tenant's users")?;
     let mut users: Vec<&str> = assocs.iter().filter(|a| !a.user.is_empty()).map(|a| a.user.as_str()).collect();
@@ -327,7 +313,7 @@ async fn snapshot(b: &Backends, t: &Tenant, name: &TenantName) -> StepResult {
     for u in users {
         let Ok(user) = Username::parse(u) else { continue };
         let n = SnapshotName::offboard(&user, d);
-        let s = b.storage.snapshot(&Dir::Home(user.clone()), &n).await.step("snapshot a user's $HOME")?;
+        let s = b.storage.snapshot(&verify::home_place(t, &user), &n).await.step("snapshot a user's $HOME")?;
         taken.push(HomeSnapshot { snapshot: n.as_str().to_string(), existed: s == Snapshot::Exists });
     }
     Ok(Transition::done(&Snapshots { snapshots: taken }))

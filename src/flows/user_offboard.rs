@@ -186,7 +186,12 @@ impl UserOffboard {
                     return Ok(Transition::Fail("refused: the retention step has not ended".into()));
                 };
                 let name = SnapshotName::parse(&r.snapshot).map_err(|e| Transition::Fail(e.to_string()))?;
-                let s = b.storage.snapshot(&Dir::Home(n.user.clone()), &name).await.step("snapshot $HOME")?;
+                // the registry's path when the tenant is still in it, else the settings' template
+                let home = match b.tenants.tenant(n.tenant.as_str()) {
+                    Some(t) => super::verify::home_place(t, &n.user),
+                    None => Dir::Home(n.user.clone()).into(),
+                };
+                let s = b.storage.snapshot(&home, &name).await.step("snapshot $HOME")?;
                 let out = HomeSnapshot { snapshot: name.as_str().to_string(), existed: s == Snapshot::Exists };
                 Ok(Transition::done(&out))
             }

@@ -13,7 +13,6 @@ use super::{StepResult, earlier, finish, specs};
 use crate::backends::kubernetes::keys::KeyState;
 use crate::backends::kubernetes::login::HomeOutcome;
 use crate::backends::notify::{Onboarding, Recipient};
-use crate::backends::storage::{Dir, Quota};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
 use crate::engine::{Actor, Claim, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -143,7 +142,7 @@ impl UserOnboard {
                 Transition::Wait(b.timings.propagation)
             }),
             Step::SlurmAssociation => association(b, &n).await,
-            Step::HomeQuota => home_quota(b, &n).await,
+            Step::HomeQuota => home_quota(b, &n, ctx).await,
             Step::HomeDirectory => {
                 let (r, login) = (resolved(ctx)?, b.login(b.k8s_names(&n.tenant)?));
                 let out = login.ensure_home(&n.user, r.uid, r.gid).await.step("create $HOME")?;
@@ -311,14 +310,12 @@ async fn association(b: &Backends, n: &Names) -> StepResult {
 }
 
 /// Runbook step 4: the `$HOME` quota from the tenant's registry entry.
-async fn home_quota(b: &Backends, n: &Names) -> StepResult {
+async fn home_quota(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let tenant = b.tenant(n.tenant.as_str())?;
     let Some(q) = &tenant.quotas.home else {
         return Ok(Transition::Done(json!({ "skipped": "the tenant has no home quota" })));
     };
-    let quota = Quota::parse(&q.hard, &q.soft).map_err(|e| Transition::Fail(format!("home quota: {e}")))?;
-    b.storage.set_quota(&Dir::Home(n.user.clone()), quota).await.step("set the $HOME quota")?;
-    Ok(Transition::Done(json!({ "hard": q.hard, "soft": q.soft })))
+    super::verify::quota(b, &super::verify::home_place(tenant, &n.user), q, "$HOME", ctx).await
 }
 
 /// After the propagation wait: is the key in the login pod? Not yet: wait once more, then the
@@ -386,13 +383,14 @@ async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
         user: n.user.clone(),
         tenant: n.tenant.clone(),
         account: n.account.clone(),
-        login_address: b.login_address.clone(),
+        login_address: b.login_address_of(&n.tenant),
         key,
     }
     .message();
     let to = Recipient { user: n.user.clone(), email: (!r.email.is_empty()).then(|| r.email.clone()) };
     Ok(match notifier.send(&to, &msg).await {
-        Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject })),
+        Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject,
+                                           "login_address": b.login_address_of(&n.tenant) })),
         Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
         Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
     })

@@ -78,6 +78,8 @@ pub fn short() -> Timings {
         restart_wait: Duration::from_millis(200),
         drain_poll: Duration::from_millis(200),
         drain_deadline: Duration::from_secs(3),
+        cleanup_poll: Duration::from_millis(100),
+        cleanup_deadline: Duration::from_secs(5),
         retention: Duration::from_secs(1),
         retry_initial: Duration::from_millis(100),
     }
@@ -153,9 +155,13 @@ impl Harness {
         )
         .unwrap();
         std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The settings' path templates differ from the registry's paths, which win (a call with
+        // `/from-settings` would be a path the registry was meant to decide).
         let sa = StorageSettings {
             storage_backend: Backend::Weka,
             weka_bin: flaky.display().to_string(),
+            storage_home_path: "/from-settings/home/{user}".into(),
+            storage_scratch_path: "/from-settings/{tenant}/scratch".into(),
             ..Default::default()
         };
         let storage = Arc::new(
@@ -178,7 +184,7 @@ impl Harness {
             storage: sa,
             timings: timings.clone(),
             archive_dir: HostPath::parse(&format!("{r}/archive")).unwrap(),
-            login_address: "login.example".into(),
+            login_address: "login.{tenant}.example".into(),
             notify: true,
             batch_window: Duration::ZERO,
         };
@@ -193,7 +199,7 @@ impl Harness {
             registry.clone(),
             timings,
             HostPath::parse(&format!("{r}/archive")).unwrap(),
-            "login.example".into(),
+            "login.{tenant}.example".into(),
         );
         // slurmdbd writes the archive as the slurm user.
         std::fs::create_dir_all(root.path().join("archive")).unwrap();

@@ -92,6 +92,8 @@ fn timings() -> Timings {
         restart_wait: Duration::from_millis(200),
         drain_poll: Duration::from_millis(200),
         drain_deadline: Duration::from_secs(2),
+        cleanup_poll: Duration::from_millis(100),
+        cleanup_deadline: Duration::from_secs(5),
         retention: Duration::from_secs(3600),
         retry_initial: Duration::from_millis(100),
     }

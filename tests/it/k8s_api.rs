@@ -246,3 +246,74 @@ async fn a_tenants_own_names_from_the_registry_are_the_ones_used() {
     assert_eq!(k8s.delete_reservation(&t).await.unwrap(), Deleted::Deleted);
     assert!(fake.get(cr).is_none() && fake.get(res).is_none());
 }
+
+/// An object of `kind` in the tenant's namespace, owned by `owner` (kind, name, uid).
+fn owned(kind: &str, name: &str, uid: &str, owner: Option<(&str, &str, &str)>) -> serde_json::Value {
+    let refs: Vec<_> =
+        owner.map(|(k, n, u)| json!({"apiVersion": "x/v1", "kind": k, "name": n, "uid": u})).into_iter().collect();
+    json!({"kind": kind, "metadata": {"name": name, "namespace": TENANT, "uid": uid, "ownerReferences": refs}})
+}
+
+/// The tenant's SlurmCluster with what the operator made for it: a NodeSet and its pod, the login
+/// StatefulSet and its pod, a Secret; and the tenant's own key Secret (never the cluster's).
+fn cluster_objects(fake: &onramp_fakes::k8s::FakeK8s) {
+    let ns = format!("/api/v1/namespaces/{TENANT}");
+    let c = ("SlurmCluster", "cluster-tenant-foo", "c-1");
+    let cr = format!("/apis/slurm.nebius.ai/v1/namespaces/{TENANT}/slurmclusters/cluster-tenant-foo");
+    fake.put(&cr, owned("SlurmCluster", "cluster-tenant-foo", "c-1", None));
+    let sets = format!("/apis/slurm.nebius.ai/v1alpha1/namespaces/{TENANT}/nodesets");
+    fake.put(&format!("{sets}/gpu"), owned("NodeSet", "gpu", "n-1", Some(c)));
+    fake.put(&format!("{ns}/pods/gpu-0"), owned("Pod", "gpu-0", "p-1", Some(("NodeSet", "gpu", "n-1"))));
+    let sts = format!("/apis/apps/v1/namespaces/{TENANT}/statefulsets/login");
+    fake.put(&sts, owned("StatefulSet", "login", "s-1", Some(c)));
+    fake.put(&format!("{ns}/pods/login-1"), owned("Pod", "login-1", "p-2", Some(("StatefulSet", "login", "s-1"))));
+    fake.put(&format!("{ns}/secrets/munge-key"), owned("Secret", "munge-key", "x-1", Some(c)));
+    fake.put(SECRET, owned("Secret", "tenant-foo-authorized-keys", "x-2", None));
+}
+
+#[tokio::test]
+async fn a_deleted_clusters_objects_are_collected_and_what_is_left_is_named() {
+    use onramp_fakes::k8s::operator::Operator;
+    let (fake, k8s) = cluster().await;
+    cluster_objects(&fake);
+    let left: Vec<String> = k8s.cluster_leftovers(&tenant()).await.unwrap().iter().map(ToString::to_string).collect();
+    assert_eq!(left, ["NodeSet/gpu", "Pod/gpu-0", "Pod/login-1", "Secret/munge-key", "StatefulSet/login"]);
+    // the operator's garbage collection comes some time after the delete
+    fake.operator(Operator { stuck: false, gc_delay_ms: 200 });
+    assert_eq!(k8s.delete_slurm_cluster(&tenant()).await.unwrap(), Deleted::Deleted);
+    assert_eq!(k8s.cluster_leftovers(&tenant()).await.unwrap().len(), 5, "not collected at once");
+    crate::common::eventually(Duration::from_secs(10), "the cluster's objects to go", || async {
+        k8s.cluster_leftovers(&tenant()).await.unwrap().is_empty().then_some(())
+    })
+    .await;
+    assert!(fake.get(SECRET).is_some(), "the tenant's own key Secret stays");
+    assert!(fake.get("/api/v1/namespaces/tenant-foo/pods/login-0").is_some(), "an unowned pod stays");
+
+    // a stuck operator leaves them
+    let (fake, k8s) = cluster().await;
+    cluster_objects(&fake);
+    fake.operator(Operator { stuck: true, gc_delay_ms: 0 });
+    k8s.delete_slurm_cluster(&tenant()).await.unwrap();
+    assert_eq!(k8s.cluster_leftovers(&tenant()).await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn the_network_policy_reads_back_as_applied() {
+    use onramp::backends::kubernetes::tenant::{network_policy, spec_diff};
+    let (fake, k8s) = cluster().await;
+    assert_eq!(k8s.read_network_policy(&tenant()).await.unwrap(), None);
+    k8s.apply_network_policy(&tenant()).await.unwrap();
+    let want = network_policy(&tenant(), "slurm-control")["spec"].clone();
+    let got = k8s.read_network_policy(&tenant()).await.unwrap().unwrap();
+    assert!(spec_diff(&want, &got, "spec").is_empty(), "{:?}", spec_diff(&want, &got, "spec"));
+    // someone else's change to the policy is a difference
+    let url = "/apis/networking.k8s.io/v1/namespaces/tenant-foo/networkpolicies/tenant-foo-isolation";
+    let mut p = fake.get(url).unwrap();
+    p["spec"]["egress"][1]["ports"][0]["port"] = json!(5353);
+    fake.put(url, p);
+    let got = k8s.read_network_policy(&tenant()).await.unwrap().unwrap();
+    assert_eq!(
+        spec_diff(&want, &got, "spec"),
+        ["spec.egress[1].ports[0].port: onramp applied 53, the API server has 5353"]
+    );
+}

@@ -76,9 +76,11 @@ async fn rbac_grants_exactly_what_the_code_uses() {
     k8s.login(&by_deployment).run(&Command::new("true"), t30).await.unwrap();
     k8s.restart_login(&t).await.unwrap();
     k8s.apply_network_policy(&t).await.unwrap();
+    k8s.read_network_policy(&t).await.unwrap();
     fake.put("/api/v1/nodes/gpu-1", json!({"metadata": {"name": "gpu-1", "labels": {"reserved.tenant": TENANT}}}));
     k8s.remove_node_labels(&t).await.unwrap();
     k8s.delete_slurm_cluster(&t).await.unwrap();
+    k8s.cluster_leftovers(&t).await.unwrap();
     k8s.delete_reservation(&t).await.unwrap();
 
     let granted = granted();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use onramp::backends::exec::Local;
 use onramp::backends::storage::{
-    Backend, CommandStorage, Dir, Quota, Snapshot, SnapshotName, Storage, StorageError, StorageSettings,
+    Backend, CommandStorage, Dir, Place, Quota, Snapshot, SnapshotName, Storage, StorageError, StorageSettings,
 };
 use onramp::domain::names::{TenantName, Username};
 use serde_json::Value;
@@ -46,8 +46,8 @@ impl FakeCli {
     }
 }
 
-fn alice() -> Dir {
-    Dir::Home(Username::parse("alice").unwrap())
+fn alice() -> Place {
+    Dir::Home(Username::parse("alice").unwrap()).into()
 }
 
 #[tokio::test]
@@ -57,7 +57,7 @@ async fn weka_quotas_and_snapshots() {
     let q = Quota::parse("100GB", "90GB").unwrap();
     w.set_quota(&alice(), q).await.unwrap();
     w.set_quota(&alice(), q).await.unwrap();
-    let scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap());
+    let scratch: Place = Dir::Scratch(TenantName::parse("tenant-foo").unwrap()).into();
     w.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap()).await.unwrap();
     let name = SnapshotName::parse("offboard-alice-20261130").unwrap();
     assert_eq!(w.snapshot(&alice(), &name).await.unwrap(), Snapshot::Created);
@@ -102,4 +102,44 @@ async fn lustre_and_command_templates() {
     // A missing CLI is a spawn error, not a silent success.
     let none = cli.storage(Backend::Weka, |s| s.weka_bin = "/nonexistent/weka".into());
     assert!(none.set_quota(&alice(), Quota::parse("1GB", "1GB").unwrap()).await.is_err());
+}
+
+#[tokio::test]
+async fn quotas_read_back_as_the_clis_list_them() {
+    let cli = FakeCli::install();
+    let q = Quota::parse("100GB", "90GB").unwrap();
+    // Weka, at the tenant registry's path (it wins over the settings' template)
+    let w = cli.storage(Backend::Weka, |_| {});
+    let home = Dir::Home(Username::parse("alice").unwrap()).at(Some("/homes"));
+    assert_eq!(w.quota(&home).await.unwrap(), None, "nothing set yet");
+    w.set_quota(&home, q).await.unwrap();
+    let l = w.quota(&home).await.unwrap().unwrap();
+    assert_eq!((l.hard_bytes, l.soft_bytes), (Some(100_000_000_000), Some(90_000_000_000)));
+    assert!(l.diff(q).is_empty());
+    let calls = cli.calls();
+    assert_eq!(calls[1][1..], ["fs", "quota", "set", "/homes/alice", "--hard", "100GB", "--soft", "90GB"]);
+    assert_eq!(calls[2][1..], ["fs", "quota", "list", "home", "--path", "/homes/alice", "--all", "-J"]);
+    // a filesystem that drops the set: the read-back shows it
+    std::fs::write(cli.dir.path().join("ignore-sets"), "").unwrap();
+    let bob = Dir::Home(Username::parse("bob").unwrap()).into();
+    w.set_quota(&bob, q).await.unwrap();
+    assert_eq!(w.quota(&bob).await.unwrap(), None);
+    std::fs::remove_file(cli.dir.path().join("ignore-sets")).unwrap();
+
+    // Lustre: per user on the homes' filesystem, per group on scratch (a long path wraps)
+    let l = cli.storage(Backend::Lustre, |_| {});
+    l.set_quota(&alice(), q).await.unwrap();
+    let got = l.quota(&alice()).await.unwrap().unwrap();
+    assert!(got.diff(q).is_empty(), "{:?}", got.diff(q));
+    let scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap()).at(Some("/lustre/tenants/tenant-foo/scratch"));
+    l.set_quota(&scratch, Quota::parse("50TB", "45TB").unwrap()).await.unwrap();
+    let got = l.quota(&scratch).await.unwrap().unwrap();
+    assert!(got.diff(Quota::parse("50TB", "45TB").unwrap()).is_empty());
+    assert_eq!(got.diff(q).len(), 2, "{:?}", got.diff(q));
+    let last = cli.calls().pop().unwrap();
+    assert_eq!(last[1..], ["quota", "-g", "tenant-foo", "/lustre/tenants/tenant-foo/scratch"]);
+
+    // the command backend has no read-back
+    let c = cli.storage(Backend::Command, |s| s.storage_quota_command = Some("true".into()));
+    assert!(matches!(c.quota(&alice()).await, Err(StorageError::Unsupported(_))));
 }

@@ -9,6 +9,7 @@
 //! | `POST /_fake/pods` | `{namespace, name, labels, ready}`: a Running pod |
 //! | `POST /_fake/deployments` | `{namespace, name, labels}` |
 //! | `POST /_fake/projections` | `{namespace, secret, dir}`: project the Secret into dir, as kubelet |
+//! | `POST /_fake/operator` | `{stuck, gc_delay_ms}`: how a deleted object's dependents are collected |
 //! | `POST /_fake/faults` | `{method, path, status?, retry_after?, delay_ms?, drop_exec?}`: the next matching request fails so |
 //! | `GET /_fake/requests` | every API request: `[{method, path, verb, resource, namespace}]` |
 //! | `GET /_fake/execs` | every exec that ended: `[{namespace, pod, argv, code}]` |
@@ -33,6 +34,7 @@ pub(super) fn router() -> Router<Shared> {
         .route("/pods", post(pods))
         .route("/deployments", post(deployments))
         .route("/projections", post(projections))
+        .route("/operator", post(operator))
         .route("/faults", post(faults))
         .route("/requests", get(requests))
         .route("/execs", get(execs))
@@ -101,6 +103,11 @@ async fn deployments(State(s): State<Shared>, Json(w): Json<Workload>) -> Status
 
 async fn projections(State(s): State<Shared>, Json(p): Json<Projection>) -> StatusCode {
     fake(s).project(p);
+    StatusCode::NO_CONTENT
+}
+
+async fn operator(State(s): State<Shared>, Json(op): Json<super::operator::Operator>) -> StatusCode {
+    fake(s).operator(op);
     StatusCode::NO_CONTENT
 }
 

@@ -11,6 +11,7 @@
 
 pub mod control;
 mod exec;
+pub mod operator;
 mod rest;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -75,6 +76,8 @@ pub(crate) struct Inner {
     execs: Vec<Exec>,
     /// Each projection with the files it wrote (several may share a directory).
     projections: Vec<(Projection, BTreeSet<String>)>,
+    /// The garbage collector of deleted objects' dependents (see [`operator`]).
+    operator: operator::Operator,
 }
 
 pub(crate) type Shared = Arc<Mutex<Inner>>;
@@ -193,6 +196,11 @@ impl FakeK8s {
     /// Which exec subprotocols the server accepts, in its order of preference.
     pub fn protocols(&self, p: Vec<&'static str>) {
         self.lock().protocols = p;
+    }
+
+    /// How the operator collects a deleted object's dependents (stuck: never).
+    pub fn operator(&self, op: operator::Operator) {
+        self.lock().operator = op;
     }
 
     /// Projects Secret `namespace/secret` into `dir` from now on, as kubelet would.

@@ -171,12 +171,28 @@ pub(super) async fn rest(
                 .filter(|(k, o)| k.rsplit_once('/').map(|(c, _)| c) == Some(t.collection.as_str()) && selected(o, &sel))
                 .map(|(_, o)| o.clone())
                 .collect();
-            axum::Json(json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": g.version.to_string()}, "items": items}))
+            let rv = g.version.to_string();
+            // `Accept: …;as=PartialObjectMetadataList;…`: metadata only, as the real server answers
+            let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+            if accept.contains("as=PartialObjectMetadataList") {
+                let meta = "meta.k8s.io/v1";
+                let items: Vec<Value> = items
+                    .iter()
+                    .map(|o| json!({"apiVersion": meta, "kind": "PartialObjectMetadata", "metadata": o["metadata"]}))
+                    .collect();
+                let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": meta, "metadata": {"resourceVersion": rv}, "items": items});
+                return axum::Json(list).into_response();
+            }
+            axum::Json(json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}))
                 .into_response()
         }
         ("delete", true) => match g.store(&t.key, None) {
-            Some(_) => axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
-                .into_response(),
+            Some(obj) => {
+                drop(g);
+                super::operator::deleted(&inner, &t.key, &obj);
+                axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
+                    .into_response()
+            }
             None => not_found(),
         },
         ("patch", true) => {

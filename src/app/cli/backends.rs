@@ -69,6 +69,9 @@ pub struct K8sArgs {
     /// The tenant's Reservation custom resource: group/version/plural.
     #[arg(long, env = "ONRAMP_RESERVATION_RESOURCE", default_value = "slurm.nebius.ai/v1/reservations")]
     pub reservation_resource: String,
+    /// The operator's NodeSet custom resource (checked gone after the SlurmCluster): group/version/plural.
+    #[arg(long, env = "ONRAMP_NODESET_RESOURCE", default_value = "slurm.nebius.ai/v1alpha1/nodesets")]
+    pub nodeset_resource: String,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -151,6 +154,9 @@ pub struct FlowArgs {
     /// How long running jobs may drain before a hard cutoff needs approval.
     #[arg(long, env = "ONRAMP_DRAIN_DEADLINE", default_value = "7d", value_parser = parse_duration)]
     pub drain_deadline: Duration,
+    /// How long the operator may take to remove a deleted SlurmCluster's NodeSets, pods and Secrets.
+    #[arg(long, env = "ONRAMP_CLEANUP_DEADLINE", default_value = "10m", value_parser = parse_duration)]
+    pub cleanup_deadline: Duration,
     /// How long a departed user's data is kept before the snapshot, archive and deletion.
     #[arg(long, env = "ONRAMP_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub retention: Duration,
@@ -176,6 +182,7 @@ impl From<K8sArgs> for crate::backends::kubernetes::K8sSettings {
             manage_keys: a.manage_keys,
             slurm_cluster_resource: a.slurm_cluster_resource,
             reservation_resource: a.reservation_resource,
+            nodeset_resource: a.nodeset_resource,
         }
     }
 }
@@ -220,6 +227,7 @@ impl From<FlowArgs> for crate::flows::settings::FlowSettings {
             propagation_wait: a.propagation_wait,
             key_deadline: a.key_deadline,
             drain_deadline: a.drain_deadline,
+            cleanup_deadline: a.cleanup_deadline,
             retention: a.retention,
             archive_dir: a.archive_dir,
         }

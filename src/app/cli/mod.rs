@@ -126,6 +126,7 @@ pub fn command() -> clap::Command {
         "manage_keys",
         "slurm_cluster_resource",
         "reservation_resource",
+        "nodeset_resource",
         "slurm_batch_window",
     ];
     let backends = <BackendArgs as clap::Args>::augment_args(clap::Command::new("backends"));

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::cleanup::Leftover;
 use super::exec::PodExec;
 use super::keys::{Applied, KeyState};
 use super::tenant::Deleted;
@@ -26,10 +27,14 @@ pub trait Kubernetes: Send + Sync {
     /// Removes the user's key from the Secret (only with `--manage-keys`).
     fn remove_key<'a>(&'a self, names: &'a K8sNames, user: &'a Username) -> K8sFuture<'a, Applied>;
     fn apply_network_policy<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, ()>;
+    /// The NetworkPolicy's `spec` as the API server has it (`None`: none).
+    fn read_network_policy<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Option<serde_json::Value>>;
     fn remove_node_labels<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Vec<String>>;
     fn restart_login<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, ()>;
     fn delete_slurm_cluster<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Deleted>;
     fn delete_reservation<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Deleted>;
+    /// What is left of the tenant's deleted SlurmCluster (NodeSets, StatefulSets, pods, Secrets).
+    fn cluster_leftovers<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Vec<Leftover>>;
     /// Runs commands in a Ready pod of the slurmctld Deployment.
     fn slurmctld(&self) -> Arc<dyn Transport>;
     /// Runs commands in the tenant's login pod.
@@ -49,6 +54,9 @@ impl Kubernetes for K8s {
     fn apply_network_policy<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, ()> {
         Box::pin(K8s::apply_network_policy(self, names))
     }
+    fn read_network_policy<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Option<serde_json::Value>> {
+        Box::pin(K8s::read_network_policy(self, names))
+    }
     fn remove_node_labels<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Vec<String>> {
         Box::pin(K8s::remove_node_labels(self, names))
     }
@@ -60,6 +68,9 @@ impl Kubernetes for K8s {
     }
     fn delete_reservation<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Deleted> {
         Box::pin(K8s::delete_reservation(self, names))
+    }
+    fn cluster_leftovers<'a>(&'a self, names: &'a K8sNames) -> K8sFuture<'a, Vec<Leftover>> {
+        Box::pin(K8s::cluster_leftovers(self, names))
     }
     fn slurmctld(&self) -> Arc<dyn Transport> {
         Arc::new(PodExec::slurmctld(self))

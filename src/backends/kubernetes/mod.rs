@@ -2,11 +2,13 @@
 //! - [`keys`]: the per-tenant key Secret (read; optionally written with server-side apply);
 //! - [`exec`]: the exec transport (argv in a pod, or a Ready pod of a Deployment);
 //! - [`login`]: `$HOME`, key projection and the smoke test on the login pod;
-//! - [`tenant`]: NetworkPolicy, node labels, custom resources, rollout restart.
+//! - [`tenant`]: NetworkPolicy, node labels, custom resources, rollout restart;
+//! - [`cleanup`]: what is left of a deleted SlurmCluster (owner references).
 //!
 //! Every call is bounded by a timeout and its errors name the call ([`K8sError`]).
 
 pub mod api;
+pub mod cleanup;
 pub mod error;
 pub mod exec;
 pub mod keys;

@@ -36,6 +36,8 @@ pub struct K8sSettings {
     pub slurm_cluster_resource: String,
     /// The tenant's Reservation custom resource: group/version/plural.
     pub reservation_resource: String,
+    /// The operator's NodeSet custom resource (checked gone after the SlurmCluster): group/version/plural.
+    pub nodeset_resource: String,
 }
 
 impl Default for K8sSettings {
@@ -56,6 +58,7 @@ impl Default for K8sSettings {
             manage_keys: false,
             slurm_cluster_resource: "slurm.nebius.ai/v1/slurmclusters".into(),
             reservation_resource: "slurm.nebius.ai/v1/reservations".into(),
+            nodeset_resource: "slurm.nebius.ai/v1alpha1/nodesets".into(),
         }
     }
 }

@@ -46,6 +46,23 @@ pub fn network_policy(names: &K8sNames, slurm_namespace: &str) -> serde_json::Va
     })
 }
 
+/// Where `got` differs from `want` on the fields `want` sets (fields the API server adds, such as
+/// defaults, are not differences), as `path: want …, got …` lines.
+pub fn spec_diff(want: &serde_json::Value, got: &serde_json::Value, at: &str) -> Vec<String> {
+    use serde_json::Value;
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            w.iter().flat_map(|(k, v)| spec_diff(v, g.get(k).unwrap_or(&Value::Null), &format!("{at}.{k}"))).collect()
+        }
+        (Value::Object(w), Value::Null) if w.is_empty() => vec![],
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => {
+            w.iter().zip(g).enumerate().flat_map(|(i, (w, g))| spec_diff(w, g, &format!("{at}[{i}]"))).collect()
+        }
+        (w, g) if w == g => vec![],
+        (w, g) => vec![format!("{at}: onramp applied {w}, the API server has {g}")],
+    }
+}
+
 impl K8s {
     /// Server-side applies the tenant's NetworkPolicy (same object twice = no change).
     pub async fn apply_network_policy(&self, names: &K8sNames) -> Result<(), K8sError> {
@@ -57,6 +74,18 @@ impl K8s {
         let call = Call::new("patch", "networkpolicies.networking.k8s.io", Some(ns), Some(name));
         self.call(call, api.patch(name, &pp, &Patch::Apply(&policy))).await?;
         Ok(())
+    }
+
+    /// The tenant's NetworkPolicy's `spec` as the API server has it (`None`: there is none).
+    pub async fn read_network_policy(&self, names: &K8sNames) -> Result<Option<serde_json::Value>, K8sError> {
+        let (ns, name) = (names.namespace.as_str(), names.network_policy.as_str());
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client().clone(), ns);
+        let call = Call::new("get", "networkpolicies.networking.k8s.io", Some(ns), Some(name));
+        match self.call(call, api.get(name)).await {
+            Ok(p) => Ok(Some(serde_json::to_value(p.spec).map_err(|e| K8sError::Config(e.to_string()))?)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes `reserved.tenant=<node_label>` from every node carrying it; returns those nodes.
@@ -138,7 +167,17 @@ mod tests {
             "slurm-control"
         );
         assert_eq!(p["spec"]["egress"][1]["ports"][0]["port"], 53);
-        let typed: NetworkPolicy = serde_json::from_value(p).unwrap();
-        assert_eq!(typed.spec.unwrap().policy_types.unwrap(), ["Ingress", "Egress"]);
+        let typed: NetworkPolicy = serde_json::from_value(p.clone()).unwrap();
+        assert_eq!(typed.spec.clone().unwrap().policy_types.unwrap(), ["Ingress", "Egress"]);
+        // read back through the typed object (as the API server answers): the same on onramp's fields
+        let back = serde_json::to_value(typed.spec).unwrap();
+        assert!(spec_diff(&p["spec"], &back, "spec").is_empty(), "{:?}", spec_diff(&p["spec"], &back, "spec"));
+        let mut changed = back.clone();
+        changed["ingress"][0]["from"][1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] =
+            json!("x");
+        changed["egress"].as_array_mut().unwrap().pop();
+        let d = spec_diff(&p["spec"], &changed, "spec");
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d[0].starts_with("spec.egress: onramp applied [") && d[1].contains("matchLabels.kubernetes.io/metadata.name: onramp applied \"slurm-control\", the API server has \"x\""), "{d:?}");
     }
 }

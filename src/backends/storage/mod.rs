@@ -3,8 +3,14 @@
 //! Weka (`weka fs quota set`, `weka fs snapshot create`), Lustre (`lfs setquota`,
 //! `lctl snapshot_create`), or argv templates for anything else. Both operations are
 //! idempotent: a quota is set to the same value again without harm, and a snapshot whose name
-//! already exists is reported as [`Snapshot::Exists`].
+//! already exists is reported as [`Snapshot::Exists`]. A quota is read back with the CLI's list
+//! command ([`readback`]).
+//!
+//! Paths: a [`Place`] carries the tenant registry's `quotas.home.path` / `quotas.scratch.path`
+//! when the tenant has one; it wins over the settings' `--storage-home-path` /
+//! `--storage-scratch-path` templates, which are the default ([`StorageSettings::locate`]).
 
+pub mod readback;
 pub mod settings;
 pub mod size;
 mod template;
@@ -13,7 +19,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use settings::{Backend, RunIn, StorageSettings};
+pub use readback::Limits;
+pub use settings::{Backend, Located, RunIn, StorageSettings};
 pub use size::{Quota, Size, SizeError};
 pub use template::Template;
 
@@ -27,6 +34,28 @@ pub enum Dir {
     Home(Username),
     /// A tenant's scratch space.
     Scratch(TenantName),
+}
+
+/// Whose space, and the tenant registry's path for it when the tenant has one: for a home, the
+/// directory holding homes (`/home`; `{user}` in it is replaced, else the user's name is
+/// appended); for scratch, the tenant's directory (`{tenant}` replaced).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub dir: Dir,
+    pub registry_path: Option<String>,
+}
+
+impl From<Dir> for Place {
+    fn from(dir: Dir) -> Self {
+        Self { dir, registry_path: None }
+    }
+}
+
+impl Dir {
+    /// This space at the registry's path (`None`: the settings' template).
+    pub fn at(self, registry_path: Option<&str>) -> Place {
+        Place { dir: self, registry_path: registry_path.map(String::from) }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,8 +102,12 @@ pub type StorageFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageErr
 
 /// Quotas and snapshots on the cluster's filesystems.
 pub trait Storage: Send + Sync {
-    fn set_quota<'a>(&'a self, target: &'a Dir, quota: Quota) -> StorageFuture<'a, ()>;
-    fn snapshot<'a>(&'a self, target: &'a Dir, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
+    fn set_quota<'a>(&'a self, target: &'a Place, quota: Quota) -> StorageFuture<'a, ()>;
+    fn snapshot<'a>(&'a self, target: &'a Place, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot>;
+    /// The quota the filesystem reports for `target` (`None`: none is set).
+    fn quota<'a>(&'a self, target: &'a Place) -> StorageFuture<'a, Option<Limits>>;
+    /// The path (or Lustre filesystem) the commands for `target` use, and where it came from.
+    fn locate(&self, target: &Place) -> Located;
 }
 
 /// Runs the configured backend's commands through a transport.
@@ -94,27 +127,24 @@ impl CommandStorage {
     }
 
     /// The command that sets `quota` on `target`.
-    pub fn quota_command(&self, target: &Dir, quota: Quota) -> Result<Command, StorageError> {
+    pub fn quota_command(&self, target: &Place, quota: Quota) -> Result<Command, StorageError> {
         let s = &self.settings;
         let (hard, soft) = (quota.hard(), quota.soft());
         Ok(match s.storage_backend {
-            Backend::Weka => Command::new(&s.weka_bin).args(["fs", "quota", "set"]).arg(s.path(target)).args([
+            Backend::Weka => Command::new(&s.weka_bin).args(["fs", "quota", "set"]).arg(s.locate(target).path).args([
                 "--hard".to_string(),
                 hard.to_string(),
                 "--soft".into(),
                 soft.to_string(),
             ]),
             Backend::Lustre => {
-                let (flag, who, mount) = match target {
-                    Dir::Home(u) => ("-u", u.to_string(), &s.lustre_home_mount),
-                    Dir::Scratch(t) => ("-g", t.to_string(), &s.lustre_scratch_mount),
-                };
+                let (flag, who) = lustre_owner(&target.dir);
                 Command::new(&s.lfs_bin).arg("setquota").args([flag.to_string(), who]).args([
                     "-b".to_string(),
                     soft.kib().to_string(),
                     "-B".into(),
                     hard.kib().to_string(),
-                    mount.clone(),
+                    s.locate(target).path,
                 ])
             }
             Backend::Command => {
@@ -125,16 +155,36 @@ impl CommandStorage {
         })
     }
 
+    /// The command that reads `target`'s quota back (`None`: the command backend has none).
+    pub fn quota_read_command(&self, target: &Place) -> Option<Command> {
+        let s = &self.settings;
+        match s.storage_backend {
+            Backend::Weka => Some(
+                Command::new(&s.weka_bin)
+                    .args(["fs", "quota", "list"])
+                    .arg(s.filesystem(&target.dir))
+                    .arg("--path")
+                    .arg(s.locate(target).path)
+                    .args(["--all", "-J"]),
+            ),
+            Backend::Lustre => {
+                let (flag, who) = lustre_owner(&target.dir);
+                Some(Command::new(&s.lfs_bin).arg("quota").args([flag.to_string(), who, s.locate(target).path]))
+            }
+            Backend::Command => None,
+        }
+    }
+
     /// The command that snapshots `target` as `name`.
-    pub fn snapshot_command(&self, target: &Dir, name: &SnapshotName) -> Result<Command, StorageError> {
+    pub fn snapshot_command(&self, target: &Place, name: &SnapshotName) -> Result<Command, StorageError> {
         let s = &self.settings;
         Ok(match s.storage_backend {
             Backend::Weka => Command::new(&s.weka_bin)
                 .args(["fs", "snapshot", "create"])
-                .args([s.filesystem(target), name.as_str().into()]),
+                .args([s.filesystem(&target.dir), name.as_str().into()]),
             Backend::Lustre => Command::new(&s.lctl_bin).arg("snapshot_create").args([
                 "-F".to_string(),
-                s.filesystem(target),
+                s.filesystem(&target.dir),
                 "-n".into(),
                 name.as_str().into(),
             ]),
@@ -151,12 +201,20 @@ impl CommandStorage {
     }
 }
 
+/// Lustre quotas are per user (homes) and per group (a tenant's scratch).
+fn lustre_owner(dir: &Dir) -> (&'static str, String) {
+    match dir {
+        Dir::Home(u) => ("-u", u.to_string()),
+        Dir::Scratch(t) => ("-g", t.to_string()),
+    }
+}
+
 fn missing(flag: &str) -> StorageError {
     StorageError::Unsupported(format!("the command backend needs {flag}"))
 }
 
 impl Storage for CommandStorage {
-    fn set_quota<'a>(&'a self, target: &'a Dir, quota: Quota) -> StorageFuture<'a, ()> {
+    fn set_quota<'a>(&'a self, target: &'a Place, quota: Quota) -> StorageFuture<'a, ()> {
         Box::pin(async move {
             let cmd = self.quota_command(target, quota)?;
             let out = self.run(&cmd).await?;
@@ -167,7 +225,28 @@ impl Storage for CommandStorage {
         })
     }
 
-    fn snapshot<'a>(&'a self, target: &'a Dir, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
+    fn quota<'a>(&'a self, target: &'a Place) -> StorageFuture<'a, Option<Limits>> {
+        Box::pin(async move {
+            let Some(cmd) = self.quota_read_command(target) else {
+                return Err(StorageError::Unsupported("the command backend has no quota read-back".into()));
+            };
+            let out = self.run(&cmd).await?;
+            if !out.success() {
+                return Err(StorageError::Failed { command: cmd.to_string(), code: out.code, message: message(&out) });
+            }
+            let parsed = match self.settings.storage_backend {
+                Backend::Lustre => readback::parse_lfs(&out.stdout),
+                _ => readback::parse_weka(&out.stdout, &self.settings.locate(target).path),
+            };
+            parsed.map_err(|e| StorageError::Failed { command: cmd.to_string(), code: out.code, message: e })
+        })
+    }
+
+    fn locate(&self, target: &Place) -> Located {
+        self.settings.locate(target)
+    }
+
+    fn snapshot<'a>(&'a self, target: &'a Place, name: &'a SnapshotName) -> StorageFuture<'a, Snapshot> {
         Box::pin(async move {
             let cmd = self.snapshot_command(target, name)?;
             let out = self.run(&cmd).await?;
@@ -207,8 +286,8 @@ mod tests {
     #[tokio::test]
     async fn commands_per_backend() {
         let r = Recorder::new();
-        let home = Dir::Home(Username::parse("alice").unwrap());
-        let scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap());
+        let home: Place = Dir::Home(Username::parse("alice").unwrap()).into();
+        let scratch: Place = Dir::Scratch(TenantName::parse("tenant-foo").unwrap()).into();
         let q = Quota::parse("100GB", "90GB").unwrap();
         let w = storage(Backend::Weka, &r);
         assert_eq!(
@@ -224,7 +303,24 @@ mod tests {
             l.quota_command(&home, q).unwrap().to_string(),
             "lfs setquota -u alice -b 87890625 -B 97656250 /home"
         );
+        // the registry's paths win over the settings' templates
+        let reg_home = Dir::Home(Username::parse("alice").unwrap()).at(Some("/homes"));
+        let reg_scratch = Dir::Scratch(TenantName::parse("tenant-foo").unwrap()).at(Some("/t/foo/scratch"));
+        assert_eq!(w.locate(&reg_home), Located { path: "/homes/alice".into(), from: "registry" });
+        assert_eq!(w.locate(&home).from, "settings");
+        assert_eq!(w.quota_command(&reg_scratch, q).unwrap().argv()[4], "/t/foo/scratch");
+        assert_eq!(
+            w.quota_read_command(&reg_home).unwrap().to_string(),
+            "weka fs quota list home --path /homes/alice --all -J"
+        );
+        assert_eq!(l.quota_command(&reg_home, q).unwrap().argv().last().unwrap(), "/homes");
+        assert_eq!(l.quota_read_command(&reg_scratch).unwrap().to_string(), "lfs quota -g tenant-foo /t/foo/scratch");
+        // a read-back is a read in plans and audits; the set is a change
+        assert!(!crate::backends::record::is_write(&w.quota_read_command(&home).unwrap()));
+        assert!(!crate::backends::record::is_write(&l.quota_read_command(&home).unwrap()));
+        assert!(crate::backends::record::is_write(&w.quota_command(&home, q).unwrap()));
         let c = storage(Backend::Command, &r);
+        assert!(c.quota_read_command(&home).is_none());
         assert_eq!(c.quota_command(&home, q).unwrap().argv(), ["setq", "--who=alice", "/home/alice", "100000000000"]);
         let name = SnapshotName::offboard(&Username::parse("alice").unwrap(), time::macros::date!(2026 - 11 - 30));
         assert_eq!(name.as_str(), "offboard-alice-20261130");
@@ -238,7 +334,7 @@ mod tests {
             stderr: "error: Snapshot already exists".into(),
             ..Default::default()
         });
-        let home = Dir::Home(Username::parse("alice").unwrap());
+        let home: Place = Dir::Home(Username::parse("alice").unwrap()).into();
         let name = SnapshotName::parse("s1").unwrap();
         assert_eq!(storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap(), Snapshot::Exists);
         let r = Recorder::replying(|_| Output { code: 1, stderr: "permission denied".into(), ..Default::default() });

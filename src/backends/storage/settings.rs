@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Dir, Quota, SnapshotName};
+use super::{Dir, Place, Quota, SnapshotName};
 use crate::backends::kubernetes::exec::PodTarget;
 
 /// Which filesystem CLI: `weka`, `lustre`, or `command` (argv templates,
@@ -86,12 +86,31 @@ impl Default for StorageSettings {
     }
 }
 
+/// The path a storage command uses for a place, and where it came from (`registry` or `settings`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Located {
+    pub path: String,
+    pub from: &'static str,
+}
+
 impl StorageSettings {
-    pub fn path(&self, target: &Dir) -> String {
-        match target {
-            Dir::Home(u) => self.storage_home_path.replace("{user}", u.as_str()),
-            Dir::Scratch(t) => self.storage_scratch_path.replace("{tenant}", t.as_str()),
-        }
+    /// The path of `target`: the tenant registry's when it has one (it wins), else the settings'
+    /// template. Lustre quotas are per user or group on a filesystem: there it is the filesystem
+    /// argument (the registry's directory holding homes, or the tenant's scratch directory; else
+    /// `--lustre-home-mount` / `--lustre-scratch-mount`).
+    pub fn locate(&self, target: &Place) -> Located {
+        let lustre = self.storage_backend == Backend::Lustre;
+        let (path, from) = match (&target.dir, target.registry_path.as_deref()) {
+            (Dir::Home(_), Some(root)) if lustre => (root.to_string(), "registry"),
+            (Dir::Home(u), Some(root)) if root.contains("{user}") => (root.replace("{user}", u.as_str()), "registry"),
+            (Dir::Home(u), Some(root)) => (format!("{}/{u}", root.trim_end_matches('/')), "registry"),
+            (Dir::Scratch(t), Some(p)) => (p.replace("{tenant}", t.as_str()), "registry"),
+            (Dir::Home(_), None) if lustre => (self.lustre_home_mount.clone(), "settings"),
+            (Dir::Scratch(_), None) if lustre => (self.lustre_scratch_mount.clone(), "settings"),
+            (Dir::Home(u), None) => (self.storage_home_path.replace("{user}", u.as_str()), "settings"),
+            (Dir::Scratch(t), None) => (self.storage_scratch_path.replace("{tenant}", t.as_str()), "settings"),
+        };
+        Located { path, from }
     }
 
     pub fn filesystem(&self, target: &Dir) -> String {
@@ -103,12 +122,12 @@ impl StorageSettings {
 
     pub(super) fn vars(
         &self,
-        target: &Dir,
+        target: &Place,
         q: Option<Quota>,
         name: Option<&SnapshotName>,
     ) -> BTreeMap<&'static str, String> {
-        let mut v = BTreeMap::from([("path", self.path(target)), ("fs", self.filesystem(target))]);
-        match target {
+        let mut v = BTreeMap::from([("path", self.locate(target).path), ("fs", self.filesystem(&target.dir))]);
+        match &target.dir {
             Dir::Home(u) => v.insert("user", u.to_string()),
             Dir::Scratch(t) => v.insert("tenant", t.to_string()),
         };
