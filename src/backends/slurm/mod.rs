@@ -12,7 +12,6 @@ mod accounts;
 mod batch;
 mod client;
 pub mod command;
-pub mod doctor;
 mod error;
 mod gate;
 pub mod parse;
