@@ -12,7 +12,7 @@ use super::{Finding, Severity, Status};
 use crate::backends::exec::{Command, Transport};
 use crate::backends::kubernetes::exec::{PodExec, PodTarget};
 use crate::backends::kubernetes::{Call, K8s};
-use crate::domain::tenants::TenantRegistry;
+use crate::domain::tenants::{Tenant, TenantRegistry};
 
 /// Where the pods are and what to look for.
 #[derive(Clone, Debug)]
@@ -56,6 +56,11 @@ pub async fn check(k8s: Result<&K8s, String>, s: &PodSettings) -> Vec<Finding> {
         out.push(pods::munge_key(d));
         out.push(pods::ldap_credentials(d));
         out.push(pods::pam_slurm_adopt(d));
+        // A tenant's own slurmd pods (in its namespace) must not hold other tenants' mounts.
+        let reg = s.tenants.as_ref().map(|r| r.tenants.as_slice()).unwrap_or_default();
+        if let Some(t) = reg.iter().find(|t| t.kubernetes.namespace == d.namespace) {
+            out.push(pods::stale_weka(d, &others(reg, t)));
+        }
     }
     let Some(reg) = &s.tenants else {
         let why = "no tenant registry (ONRAMP_TENANTS): the login pods are not known";
@@ -90,15 +95,18 @@ pub async fn check(k8s: Result<&K8s, String>, s: &PodSettings) -> Vec<Finding> {
                     .note("no slurmd pod to compare with"),
             ),
         }
-        let others: Vec<String> = reg
-            .tenants
-            .iter()
-            .filter(|o| o.name != t.name)
-            .flat_map(|o| [o.name.as_str().to_string(), o.kubernetes.namespace.clone()])
-            .collect();
-        out.push(pods::stale_weka(&login, &others));
+        out.push(pods::stale_weka(&login, &others(&reg.tenants, t)));
     }
     out
+}
+
+/// The names and namespaces of every tenant but `t`.
+fn others(tenants: &[Tenant], t: &Tenant) -> Vec<String> {
+    tenants
+        .iter()
+        .filter(|o| o.name != t.name)
+        .flat_map(|o| [o.name.as_str().to_string(), o.kubernetes.namespace.clone()])
+        .collect()
 }
 
 fn not_checked(why: &str) -> Vec<Finding> {
@@ -139,26 +147,24 @@ async fn slurmd_pod(k8s: &K8s, s: &PodSettings) -> Result<PodView, String> {
     ready.sort_by_key(|p| p.metadata.name.clone());
     let pod = ready.into_iter().next().ok_or_else(|| format!("no Ready pod matches {}", s.slurmd_selector))?;
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let exec = PodExec::new(k8s.clone(), ns, PodTarget::Pod(name.clone()), None);
+    // The container named slurmd when there is one (operators add sidecars), else the first.
+    let names = pod.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+    let container = names.unwrap_or_default().into_iter().find(|c| c == "slurmd");
+    let exec = PodExec::new(k8s.clone(), ns, PodTarget::Pod(name.clone()), container.clone());
     let t = s.exec_timeout;
     Ok(PodView {
         role: "slurmd".into(),
         namespace: ns.into(),
         name,
         pod,
-        container: None,
+        container,
         nslcd: cat(&exec, pods::NSLCD_CONF, t).await,
         mounts: cat(&exec, "/proc/mounts", t).await,
         pam: grep(&exec, "pam_slurm_adopt", "/etc/pam.d", t).await,
     })
 }
 
-async fn login_pod(
-    k8s: &K8s,
-    t: &crate::domain::tenants::Tenant,
-    role: &str,
-    s: &PodSettings,
-) -> Result<PodView, String> {
+async fn login_pod(k8s: &K8s, t: &Tenant, role: &str, s: &PodSettings) -> Result<PodView, String> {
     let names = &t.kubernetes;
     let name = PodExec::login(k8s, names).resolve().await.map_err(|e| e.to_string())?;
     let pod = get_pod(k8s, &names.namespace, &name).await?;

@@ -186,6 +186,20 @@ async fn pods_as_the_runbook_has_them_pass_and_without_an_api_nothing_is_claimed
     assert_eq!(st(&r, "pods.authorized_keys.login.foo").0, Status::Ok);
     assert_eq!(r.summary.exit_code, 3);
 
+    // a tenant's own slurmd pods (in its namespace) are checked for other tenants' mounts too
+    let own = root.path().join("own");
+    pod_files(&own, &[("/proc/mounts", "fs0/tenant-bar /scratch wekafs rw 0 0\n"), ("/etc/nslcd.conf", NSLCD)]);
+    let sd = json!({"app.kubernetes.io/name": "slurmd"});
+    let mut p = pod("tenant-foo", "foo-compute-0", sd, &[], &own);
+    p["spec"]["containers"] = json!([{"name": "sidecar"}, {"name": "slurmd"}]);
+    put_pod(&fake, p);
+    s.slurmd_selector = "app.kubernetes.io/name=slurmd".into();
+    s.slurmd_namespace = "tenant-foo".into();
+    let r = Report::new("p".into(), "v".into(), check(Ok(&k8s), &s).await);
+    assert_eq!(st(&r, "pods.weka_mounts.slurmd"), (Status::Finding, Severity::Critical));
+    assert_eq!(r.get("pods.weka_mounts.slurmd").unwrap().found, "fs0/tenant-bar on /scratch");
+    assert_eq!(st(&r, "pods.munge_key.slurmd").0, Status::Finding);
+
     let r = Report::new("p".into(), "v".into(), check(Err("no API".into()), &s).await);
     assert!(r.findings.iter().all(|f| f.status == Status::NotChecked));
     assert_eq!(r.summary.exit_code, 0);
