@@ -308,3 +308,24 @@ async fn the_command_prints_json_and_exits_by_severity() {
     assert_eq!(by_id("slurm.proctrack_type")["severity"], "critical");
     assert_eq!(by_id("pods.weka_mounts.login.bar")["where"], "pod tenant-bar/login-0: /proc/mounts");
 }
+
+/// Slurm not reachable: nothing can be judged, exit 3 with why; the text form names each item
+/// with what was found, where, why and the fix.
+#[test]
+fn unreachable_slurm_exits_3_and_the_text_says_why_and_the_fix() {
+    crate::slurm::cluster_up();
+    let o = crate::cli::onramp(
+        &["doctor"],
+        &[("ONRAMP_SLURM_VIA", "local"), ("ONRAMP_SLURM_CLUSTER", "production"), ("PATH", "/nonexistent")],
+    );
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("could not read the Slurm configuration"), "{o:?}");
+
+    let o = crate::cli::onramp(&["doctor"], &[("ONRAMP_SLURM_VIA", "local"), ("ONRAMP_SLURM_CLUSTER", "production")]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("CRITICAL  ProctrackType: proctrack/linuxproc  [scontrol show config]"), "{text}");
+    assert!(text.contains("fix:  ProctrackType=proctrack/cgroup"), "{text}");
+    assert!(text.contains("skipped   same uid/gid scheme (nslcd.conf)  [each tenant's login pod]"), "{text}");
+    assert!(text.ends_with("(exit 2)\n"), "{text}");
+}
