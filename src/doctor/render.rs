@@ -17,7 +17,11 @@ fn tag(status: Status, severity: Severity) -> &'static str {
 pub fn text(r: &Report) -> String {
     let mut s = format!("cluster {}, Slurm {}\n", r.cluster, r.slurm_version);
     for f in &r.findings {
-        let found = if f.found.is_empty() { "(not set)" } else { &f.found };
+        let found = match (f.found.is_empty(), f.status) {
+            (false, _) => f.found.as_str(),
+            (true, Status::Unknown) => "(not read)",
+            (true, _) => "(not set)",
+        };
         if f.status == Status::NotChecked {
             s.push_str(&format!("{:<8}  {}  [{}]\n", tag(f.status, f.severity), f.setting, f.source));
         } else {

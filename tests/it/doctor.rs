@@ -326,6 +326,8 @@ fn unreachable_slurm_exits_3_and_the_text_says_why_and_the_fix() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("CRITICAL  ProctrackType: proctrack/linuxproc  [scontrol show config]"), "{text}");
     assert!(text.contains("fix:  ProctrackType=proctrack/cgroup"), "{text}");
+    assert!(text.contains("UNKNOWN   ConstrainDevices: (not read)  [cgroup.conf]"), "{text}");
+    assert!(text.contains("note: /etc/slurm/cgroup.conf is not readable"), "{text}");
     assert!(text.contains("skipped   same uid/gid scheme (nslcd.conf)  [each tenant's login pod]"), "{text}");
     assert!(text.ends_with("(exit 2)\n"), "{text}");
 }
