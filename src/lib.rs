@@ -19,6 +19,7 @@
 
 pub mod app;
 pub mod backends;
+pub mod doctor;
 pub mod domain;
 pub mod dryrun;
 pub mod effects;

@@ -10,8 +10,7 @@ use crate::app::login::cli_actor;
 use crate::app::slurm_route::SlurmRoute;
 use crate::app::world::{Parts, World};
 use crate::app::{jobs_view, output};
-use crate::backends::slurm;
-use crate::backends::slurm::{HostPath, SlurmCli};
+use crate::backends::slurm::SlurmCli;
 use crate::domain::names::{ClusterName, TenantName};
 use crate::engine::{Engine, JobFilter, JobState};
 use crate::flows;
@@ -146,38 +145,54 @@ pub async fn tenant(args: crate::app::cli::TenantArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `onramp doctor`: exit 0 when every must-have holds, 1 when one is missing.
+/// `onramp doctor`: every check, as text or JSON; the exit code by severity (see `--help`).
 pub async fn doctor(args: DoctorArgs) -> anyhow::Result<std::process::ExitCode> {
+    use crate::backends::kubernetes::{K8s, K8sSettings, Kubernetes};
     let cluster = ClusterName::parse(&args.slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?;
     let route = SlurmRoute::from_args(&args.slurm)?;
-    let k8s_settings: crate::backends::kubernetes::K8sSettings = args.k8s.clone().into();
-    let kube = match route {
-        SlurmRoute::KubeExec => Some(
-            crate::backends::kubernetes::K8s::connect(k8s_settings.clone())
-                .await
-                .context("Kubernetes (ONRAMP_KUBECONFIG), for ONRAMP_SLURM_VIA=kube-exec")?,
-        ),
-        _ => None,
+    let k8s_settings: K8sSettings = args.k8s.clone().into();
+    let in_pod = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let want_k8s = matches!(route, SlurmRoute::KubeExec) || args.k8s.kubeconfig.is_some() || in_pod;
+    let kube = if want_k8s {
+        let k = K8s::connect(k8s_settings.clone()).await;
+        if matches!(route, SlurmRoute::KubeExec) {
+            Some(Ok(k.context("Kubernetes (ONRAMP_KUBECONFIG), for ONRAMP_SLURM_VIA=kube-exec")?))
+        } else {
+            Some(k.map_err(|e| format!("Kubernetes (ONRAMP_KUBECONFIG): {e}")))
+        }
+    } else {
+        None
     };
-    let transport = route.transport(kube.as_ref().map(|k| k as &dyn crate::backends::kubernetes::Kubernetes))?;
+    let exec_k8s = kube.as_ref().and_then(|k| k.as_ref().ok()).filter(|_| matches!(route, SlurmRoute::KubeExec));
+    let transport = route.transport(exec_k8s.map(|k| k as &dyn Kubernetes))?;
     let slurm = SlurmCli::new(transport, cluster).with_timeout(args.slurm.slurm_timeout);
-    let cgroup = args.cgroup_conf.as_deref().map(HostPath::parse).transpose()?;
-    let report = slurm::doctor::doctor(&slurm, cgroup)
-        .await
-        .with_context(|| format!("reading the Slurm configuration over {}", route.describe(&k8s_settings)))?;
+    let tenants = args.tenants.as_deref().map(crate::domain::tenants::TenantRegistry::load).transpose()?;
+    let pods = crate::doctor::k8s::PodSettings {
+        tenants,
+        slurmd_namespace: args.slurmd_namespace.clone().unwrap_or_else(|| k8s_settings.slurm_namespace.clone()),
+        slurmd_selector: args.slurmd_selector.clone(),
+        authorized_keys_dir: k8s_settings.authorized_keys_dir.clone(),
+        exec_timeout: args.slurm.slurm_timeout,
+    };
+    let k8s = match &kube {
+        Some(Ok(k)) => Ok(k),
+        Some(Err(e)) => Err(e.clone()),
+        None => Err("no Kubernetes API given (ONRAMP_KUBECONFIG, or run in a pod)".to_string()),
+    };
+    let report =
+        match crate::doctor::run(&slurm, args.cgroup_conf.as_deref(), &args.slurm.slurm_cluster, k8s, &pods).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("onramp: could not read the Slurm configuration over {}: {e}", route.describe(&k8s_settings));
+                return Ok(std::process::ExitCode::from(crate::doctor::EXIT_UNKNOWN));
+            }
+        };
     if args.json {
         output::line(&serde_json::to_string_pretty(&report).context("printing")?)?;
     } else {
-        output::print(&slurm::doctor::render(&report))?;
+        output::print(&crate::doctor::render::text(&report))?;
     }
-    if report.cluster != args.slurm.slurm_cluster {
-        eprintln!(
-            "onramp: slurmctld serves cluster {:?}, onramp is set up for {:?} (ONRAMP_SLURM_CLUSTER)",
-            report.cluster, args.slurm.slurm_cluster
-        );
-        return Ok(std::process::ExitCode::FAILURE);
-    }
-    Ok(if report.ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+    Ok(std::process::ExitCode::from(report.summary.exit_code))
 }
 
 /// `onramp plan <flow> --tenant T [--user U]`: the plan, for people or as JSON.

@@ -1,5 +1,11 @@
 //! The fake API server's exec endpoint: a WebSocket (v4/v5 channel protocol) that runs the
 //! requested argv as a local process and streams its real output and exit code.
+//!
+//! Pods differ by their files: a pod annotated `fake.onramp.dev/files: DIR` runs its execs in a
+//! private mount namespace where each top-level directory of DIR is laid over the same path (a
+//! read-only overlayfs: DIR/etc/nslcd.conf is /etc/nslcd.conf, the rest of /etc shows through),
+//! and DIR/proc, if any, replaces /proc (a tmpfs holding its files, e.g. a `mounts` table). This
+//! needs root (CAP_SYS_ADMIN), as the tests run.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -40,11 +46,39 @@ pub(super) async fn exec(
         return status(400, "BadRequest", "you must specify at least 1 command");
     }
     let protocols = inner.lock().unwrap().protocols.clone();
+    let files =
+        inner.lock().unwrap().objects[&format!("/api/v1/namespaces/{ns}/pods/{pod}")]["metadata"]["annotations"][FILES]
+            .as_str()
+            .map(str::to_string);
+    let run_argv = match files {
+        Some(dir) => in_pod_files(&dir, &argv),
+        None => argv.clone(),
+    };
     let mut record = Exec { namespace: ns, pod, argv, code: None };
     ws.protocols(protocols).on_upgrade(move |socket| async move {
-        record.code = run(socket, &record.argv, drop_mid_stream).await;
+        record.code = run(socket, &run_argv, drop_mid_stream).await;
         inner.lock().unwrap().execs.push(record);
     })
+}
+
+/// The annotation naming a pod's own files (see the module's doc).
+pub const FILES: &str = "fake.onramp.dev/files";
+
+/// `argv` in a private mount namespace with `dir`'s files laid over the system's.
+fn in_pod_files(dir: &str, argv: &[String]) -> Vec<String> {
+    const SCRIPT: &str = r#"d=$1; shift
+for top in "$d"/*; do
+  [ -d "$top" ] || continue
+  name=${top##*/}
+  if [ "$name" = proc ]; then
+    mount -t tmpfs fake-proc /proc && cp -R "$top"/. /proc/ || exit 125
+  else
+    mount -t overlay fake-files -o "lowerdir=$top:/$name" "/$name" || exit 125
+  fi
+done
+exec "$@""#;
+    let head = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", SCRIPT, "sh", dir];
+    head.iter().map(|s| s.to_string()).chain(argv.iter().cloned()).collect()
 }
 
 /// Runs `argv`, streaming its output; its exit code, or `None` when it ended without one.

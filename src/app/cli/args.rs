@@ -38,15 +38,28 @@ pub struct PlanArgs {
 }
 
 #[derive(Clone, Debug, Args)]
+#[command(after_help = "Exit status: 0 every check ok; 1 warnings only; 2 a critical finding; 3 something could not \
+be checked (Slurm unreachable, a file or pod not readable) and nothing critical was found. Checks not \
+attempted (no Kubernetes API, no tenant registry) are listed as skipped and do not change it.\n\
+Kubernetes is read when ONRAMP_KUBECONFIG is set, the route is kube-exec, or onramp runs in a pod.")]
 pub struct DoctorArgs {
     #[command(flatten)]
     pub slurm: SlurmArgs,
-    /// The `kube-exec` route's Kubernetes connection and slurmctld Deployment.
-    #[command(flatten, next_help_heading = "Kubernetes (the kube-exec route)")]
+    /// The Kubernetes connection: the kube-exec route, and the login and slurmd pods' checks.
+    #[command(flatten, next_help_heading = "Kubernetes")]
     pub k8s: super::backends::K8sArgs,
     /// cgroup.conf on the Slurm host [default: beside slurm.conf].
     #[arg(long, env = "ONRAMP_SLURM_CGROUP_CONF", value_name = "PATH")]
     pub cgroup_conf: Option<String>,
+    /// Tenant registry (YAML): its tenants' login pods are checked.
+    #[arg(long, env = "ONRAMP_TENANTS", value_name = "PATH")]
+    pub tenants: Option<PathBuf>,
+    /// Namespace of the slurmd pods [default: ONRAMP_SLURM_NAMESPACE].
+    #[arg(long, env = "ONRAMP_SLURMD_NAMESPACE")]
+    pub slurmd_namespace: Option<String>,
+    /// Label selector of the slurmd pods (the Slinky operator's NodeSet pods by default).
+    #[arg(long, env = "ONRAMP_SLURMD_SELECTOR", default_value = "app.kubernetes.io/name=slurmd")]
+    pub slurmd_selector: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -66,8 +66,8 @@ pub enum Command {
     Reconcile(Box<ReconcileArgs>),
     /// Onboard or offboard a whole tenant of the registry: enqueue the job for the workers.
     Tenant(TenantArgs),
-    /// Check the Slurm cluster's configuration for the multi-tenancy pitfalls; fails when a
-    /// must-have is missing.
+    /// Check the cluster (Slurm's configuration, the login and slurmd pods) for every failure
+    /// mode the runbook names; exit 2 on a critical finding, 1 on warnings only.
     Doctor(Box<DoctorArgs>),
     /// Print every command and API request a flow would make, in order, with its waits, without
     /// doing anything (the flow's own steps, run against a simulation).
@@ -120,7 +120,6 @@ pub fn command() -> clap::Command {
     let k8s_not_for_doctor: &[&str] = &[
         "home_root",
         "skel_dir",
-        "authorized_keys_dir",
         "login_run_as",
         "smoke_gres",
         "manage_keys",

@@ -12,7 +12,6 @@ mod accounts;
 mod batch;
 mod client;
 pub mod command;
-pub mod doctor;
 mod error;
 pub mod export;
 mod gate;

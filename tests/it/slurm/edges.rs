@@ -1,4 +1,4 @@
-//! An unreachable slurmdbd, hostile names, and doctor on the test cluster.
+//! An unreachable slurmdbd and hostile names on the test cluster (doctor: tests/it/doctor.rs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,45 +76,4 @@ async fn hostile_names_never_reach_an_argv() {
             );
         }
     }
-}
-
-#[test]
-fn doctor_reports_what_the_test_cluster_really_lacks() {
-    cluster_up();
-    let config = std::process::Command::new("scontrol").args(["show", "config"]).output().unwrap();
-    let config = onramp::backends::slurm::parse::config(&String::from_utf8_lossy(&config.stdout));
-    let doctor = |extra: &[&str]| {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_onramp"))
-            .args(["doctor", "--json", "--slurm-via", "local"])
-            .args(extra)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
-        (o.status.code(), v)
-    };
-    let status = |v: &serde_json::Value, s: &str| {
-        v["findings"].as_array().unwrap().iter().find(|f| f["setting"] == s).unwrap()["status"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    let (code, v) = doctor(&[]);
-    let want = |ok: bool| if ok { "ok" } else { "missing" };
-    assert_eq!(status(&v, "ProctrackType"), want(config["ProctrackType"] == "proctrack/cgroup"));
-    assert_eq!(status(&v, "TaskPlugin"), want(config["TaskPlugin"].contains("task/cgroup")));
-    assert_eq!(status(&v, "PrologFlags"), want(config["PrologFlags"].contains("Contain")));
-    assert_eq!(status(&v, "AccountingStorageEnforce"), "ok", "the script sets associations,limits,qos,safe");
-    assert_eq!(status(&v, "PriorityFlags"), "ok", "fair tree is 22.05's default: {v}");
-    if !std::path::Path::new("/etc/slurm/cgroup.conf").exists() {
-        assert_eq!(status(&v, "ConstrainDevices"), "unknown");
-    }
-    assert_eq!(code, Some(if v["ok"] == true { 0 } else { 1 }));
-    assert_eq!(v["ok"], config["ProctrackType"] == "proctrack/cgroup" && config["PrologFlags"].contains("Contain"));
-
-    let cg = std::env::temp_dir().join(format!("{}.conf", uniq("cgroup")));
-    std::fs::write(&cg, "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainDevices=yes\n").unwrap();
-    let (_, v) = doctor(&["--cgroup-conf", cg.to_str().unwrap()]);
-    assert_eq!((status(&v, "ConstrainDevices"), status(&v, "ConstrainCores")), ("ok".into(), "ok".into()));
-    assert_eq!(status(&v, "ConstrainRAMSpace"), "missing");
-    std::fs::remove_file(&cg).unwrap();
 }
