@@ -77,18 +77,33 @@ pub struct Cleanup {
 }
 
 impl Drop for Cleanup {
+    /// Jobs first (polled until slurmctld has none left and slurmdbd lets the accounts go, for at
+    /// most 30 s), then users, then accounts.
     fn drop(&mut self) {
         let run = |args: &[&str]| {
-            let _ = std::process::Command::new(args[0]).args(&args[1..]).output();
+            let o = std::process::Command::new(args[0]).args(&args[1..]).output();
+            o.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+                .unwrap_or_default()
         };
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let list = self.accounts.join(",");
         for a in &self.accounts {
             run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
+        }
+        while !list.is_empty()
+            && !run(&["squeue", "-h", "-o", "%i", &format!("--account={list}")]).trim().is_empty()
+            && std::time::Instant::now() < end
+        {
+            std::thread::sleep(std::time::Duration::from_millis(200));
         }
         if !self.users.is_empty() {
             run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", self.users.join(","))]);
         }
-        if !self.accounts.is_empty() {
-            run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", self.accounts.join(","))]);
+        while !list.is_empty()
+            && run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={list}")]).contains("Job(s) active")
+            && std::time::Instant::now() < end
+        {
+            std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
 }
