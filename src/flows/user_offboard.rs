@@ -3,8 +3,10 @@
 //! nothing, when there is none. Block, cancel pending,
 //! drain (or a hard cutoff, approved or asked for), disable in Authentik and remove the key,
 //! notify, keep everything for the retention period (a durable timer), snapshot `$HOME` and
-//! archive accounting, and only after both: delete the association. A user who is an active
-//! member again by then is restored (unblocked) instead of deleted.
+//! archive accounting (the user's records in the account exported with sacct, see
+//! [`super::archive`]), and only after both, with the export re-read as written: delete the
+//! association, and the user record with the last one. A user who is an active member again by
+//! then is restored (unblocked) instead of deleted.
 
 use std::sync::Arc;
 

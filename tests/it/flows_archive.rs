@@ -155,15 +155,16 @@ async fn a_user_with_another_tenants_association_keeps_the_user_record_and_that_
     assert_eq!(slurm_user_rows(), format!("{UNIX_USER}|{other}"), "the record and the other association stay");
 }
 
-/// The offboarding's steps before `delete`, so a test can act between the archive and the delete.
-struct UpToDelete(UserOffboard);
+/// A flow's steps but its last (the delete), so a test can act between the archive and the delete.
+struct AllButLast<F>(F);
 
-impl Flow for UpToDelete {
+impl<F: Flow> Flow for AllButLast<F> {
     fn kind(&self) -> &'static str {
-        USER_OFFBOARD
+        self.0.kind()
     }
     fn steps(&self) -> &'static [&'static str] {
-        &STEPS[..STEPS.len() - 1]
+        let all = self.0.steps();
+        &all[..all.len() - 1]
     }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
         self.0.run(step, ctx)
@@ -205,7 +206,7 @@ async fn a_changed_missing_or_empty_archive_stops_the_delete() {
     onboarded_with_a_finished_job(&h).await;
     h.set_member(false, true);
     let input = job(&h, USER_OFFBOARD).input;
-    let flow = UpToDelete(UserOffboard(h.backends.clone()));
+    let flow = AllButLast(UserOffboard(h.backends.clone()));
     let outputs = simulate(&flow, "archive-test", input.clone(), |_, _, _| {}).await.unwrap();
     let path = outputs["archive"]["export"]["path"].as_str().unwrap().to_string();
     let original = std::fs::read(&path).unwrap();
@@ -248,4 +249,57 @@ async fn a_changed_missing_or_empty_archive_stops_the_delete() {
         other => panic!("{other:?}"),
     }
     assert!(!has_team_association(&h).await);
+}
+
+#[tokio::test]
+async fn a_tenants_archive_holds_its_records_and_a_changed_one_stops_the_accounts_delete() {
+    use onramp::flows::tenant::{OFFBOARD_STEPS, TENANT_OFFBOARD, TenantOffboard};
+    let _one = CAROL.lock().await;
+    let _node = crate::slurm::NODE.lock().await;
+    let h = Harness::start(short()).await;
+    let ran = onboarded_with_a_finished_job(&h).await;
+    let input = json!({ "tenant": h.tenant });
+    let flow = AllButLast(TenantOffboard(h.backends.clone()));
+    let outputs = simulate(&flow, "archive-test", input.clone(), |_, _, _| {}).await.unwrap();
+
+    // The tenant's export: every account of the tenant, every user; named as its final snapshot.
+    let x = &outputs["archive"]["export"];
+    let path = x["path"].as_str().unwrap().to_string();
+    let name = path.rsplit('/').next().unwrap();
+    assert!(name.starts_with(&format!("offboard-final-{}-", h.tenant)) && name.ends_with(".sacct"), "{path}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().any(|l| l.starts_with(&format!("{ran}|{UNIX_USER}|{}|", h.team))), "{text}");
+    assert_eq!(x["rows"].as_u64(), Some(text.lines().count() as u64 - 1), "{x}");
+    assert_eq!(x["sha256"].as_str().unwrap(), sha256_of(&path));
+
+    let last = OFFBOARD_STEPS.len() - 1;
+    let ctx = |outputs: &Map<String, Value>| StepCtx {
+        job_id: 0,
+        kind: TENANT_OFFBOARD.into(),
+        subject: "archive-test".into(),
+        input: input.clone(),
+        outputs: outputs.clone(),
+        step: OFFBOARD_STEPS[last],
+        step_index: last,
+        attempt: 1,
+        waited: false,
+        poll_deadline: None,
+        approved_by: None,
+        cancel: Default::default(),
+        jobs: None,
+    };
+    let tenant = TenantOffboard(h.backends.clone());
+    // a line less: refused, the accounts stay
+    let kept: Vec<&str> = text.lines().take(text.lines().count() - 1).collect();
+    std::fs::write(&path, format!("{}\n", kept.join("\n"))).unwrap();
+    let why = refusal(tenant.run(last, &ctx(&outputs)).await);
+    assert!(why.contains(&format!("the archive {path} changed after the archive step")), "{why}");
+    assert!(h.assocs().await.iter().any(|r| r[0] == h.team), "nothing was deleted");
+    // as written: the accounts go
+    std::fs::write(&path, &text).unwrap();
+    match tenant.run(last, &ctx(&outputs)).await {
+        Transition::Done(v) => assert_eq!(v["archive"]["sha256"], x["sha256"], "{v}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(h.assocs().await.is_empty(), "{:?}", h.assocs().await);
 }

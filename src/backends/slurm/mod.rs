@@ -103,7 +103,7 @@ pub trait Slurm: Send + Sync {
     /// How many accounting records (jobs and steps) sacct shows for the scope now.
     fn count_records<'a>(&'a self, scope: &'a JobScope) -> SlurmFuture<'a, u64>;
     /// The user's record in the accounting database with its associations on any cluster;
-    /// `None` when there is no such user.
+    /// `None` when there is no such user (Slurm 22.05 removes the record with its last association).
     fn user_record<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserRecord>>;
 
     /// Removes the user's association with the account, refusing while the user has jobs there;
