@@ -46,10 +46,12 @@ pub(super) async fn exec(
         return status(400, "BadRequest", "you must specify at least 1 command");
     }
     let protocols = inner.lock().unwrap().protocols.clone();
-    let files =
-        inner.lock().unwrap().objects[&format!("/api/v1/namespaces/{ns}/pods/{pod}")]["metadata"]["annotations"][FILES]
-            .as_str()
-            .map(str::to_string);
+    let files = inner
+        .lock()
+        .unwrap()
+        .objects
+        .get(&format!("/api/v1/namespaces/{ns}/pods/{pod}"))
+        .and_then(|p| p["metadata"]["annotations"][FILES].as_str().map(str::to_string));
     let run_argv = match files {
         Some(dir) => in_pod_files(&dir, &argv),
         None => argv.clone(),
