@@ -14,7 +14,6 @@ use onramp::flows::user_offboard::USER_OFFBOARD;
 use onramp::flows::user_onboard::USER_ONBOARD;
 use serde_json::json;
 
-use crate::common::eventually;
 use crate::flows_support::{CAROL, Harness, PK, UNIX_USER, short};
 use crate::intake_support;
 
@@ -37,14 +36,20 @@ async fn real_run(h: &Harness, job: NewJob) -> Vec<Effect> {
     let mark = h.log.len();
     let id = h.engine.enqueue(&[job]).await.unwrap()[0].id;
     // a tenant offboarding waits for a second person (not its starter), as a plan takes as given
-    eventually(Duration::from_secs(90), "the job to succeed", || async {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
         let j = h.engine.job(id).await.unwrap();
         if j.state.as_str() == "needs_approval" {
             h.engine.approve(id, &Actor::cli("reviewer")).await.unwrap();
         }
-        (j.state.as_str() == "succeeded").then_some(())
-    })
-    .await;
+        if j.state.as_str() == "succeeded" {
+            break;
+        }
+        let (state, step, error) = (j.state.as_str(), &j.step, j.last_error.as_deref().unwrap_or(""));
+        assert!(state != "failed", "job {id} failed at {step}: {error}");
+        assert!(std::time::Instant::now() < deadline, "job {id} is still {state} at {step} after 120 s: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     h.log.since(mark).into_iter().filter(|e| e.write).collect()
 }
 

@@ -26,7 +26,9 @@ async fn schemathesis(base: &str, token: &str, only: &[&str], dir: &Path) -> (bo
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
         ])
-        .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", &seed, "--workers", "2"])
+        // one worker: with two threads, hypothesis' lambda descriptions (ast.parse of schemathesis'
+        // own source) sometimes hit CPython 3.11's "AST constructor recursion depth mismatch"
+        .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", &seed, "--workers", "1"])
         .args(["--request-timeout", "10"])
         .args(only)
         .current_dir(dir)

@@ -105,7 +105,7 @@ impl SlurmCli {
         Ok(accounts)
     }
 
-    fn who<'a>(scope: &'a JobScope, accounts: &'a [SlurmAccount]) -> command::Who<'a> {
+    pub(super) fn who<'a>(scope: &'a JobScope, accounts: &'a [SlurmAccount]) -> command::Who<'a> {
         match scope {
             JobScope::User(u) => command::Who::User(u),
             JobScope::UserIn(u, _) => command::Who::UserIn(u, accounts),

@@ -158,6 +158,16 @@ pub fn squeue(who: &Who) -> Command {
     }
 }
 
+/// The raw ids (`%A`, one per array element, as sacct's JobIDRaw) of every job slurmctld still
+/// holds, ended ones included (it keeps them for MinJobAge after they end).
+pub fn squeue_ids(who: &Who) -> Command {
+    let c = Command::new("squeue").args(["--noheader", "--states=all", "--format=%A"]).arg(who_arg(who));
+    match who {
+        Who::UserIn(u, _) => c.arg(format!("--user={u}")),
+        _ => c,
+    }
+}
+
 /// Cancels a user's jobs (`--user`), or jobs by id: scancel's `--account` takes one account
 /// only (a list cancels nothing, silently), so an account tree's jobs go by the ids squeue listed.
 /// Ids must be squeue's (`123`, `123_4`, `123_[5-9]`).

@@ -7,6 +7,8 @@
 //! sacct succeeded, so the file is never half written. The read-back (`sha256sum`, `wc -l`) needs
 //! no shell.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::client::SlurmCli;
@@ -145,6 +147,7 @@ pub fn parse_user_record(user: &Username, out: &str) -> Option<UserRecord> {
 impl SlurmCli {
     pub(super) async fn write_export(&self, scope: &JobScope, path: &HostPath) -> Result<RecordsExport, SlurmError> {
         let accounts = self.accounts_of(scope).await?;
+        self.recorded_in_slurmdbd(scope, &accounts).await?;
         let cmd = export(&self.cluster, scope, &accounts, path);
         let out = self.run(&cmd).await?;
         parse::read_ok(&cmd.to_string(), &out)?;
@@ -156,6 +159,28 @@ impl SlurmCli {
             });
         };
         Ok(RecordsExport { path: path.as_str().to_string(), sha256: f.sha256, rows: f.rows })
+    }
+
+    /// A job that just ended reaches slurmdbd some seconds later: every job slurmctld still holds
+    /// for the scope must be in slurmdbd before the export, or the archive would leave it out.
+    async fn recorded_in_slurmdbd(&self, scope: &JobScope, accounts: &[SlurmAccount]) -> Result<(), SlurmError> {
+        let cmd = super::command::squeue_ids(&Self::who(scope, accounts));
+        let held = self.read(&cmd).await?;
+        let held: BTreeSet<&str> = held.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let recorded = self.read(&count(&self.cluster, scope, accounts)).await?;
+        let recorded: BTreeSet<&str> = recorded.lines().filter_map(|l| l.trim().split('.').next()).collect();
+        let missing: Vec<&str> = held.difference(&recorded).copied().collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(SlurmError::NotConverged {
+            what: format!("slurmdbd's records of {scope}"),
+            want: "every job slurmctld still holds recorded in slurmdbd before the export".into(),
+            got: format!("job(s) {} not yet in slurmdbd", missing.join(", ")),
+        })
     }
 
     pub(super) async fn read_export(&self, path: &HostPath) -> Result<Option<RecordsFile>, SlurmError> {
