@@ -36,6 +36,7 @@ pub mod tenant;
 pub mod user_offboard;
 pub mod user_onboard;
 pub mod verify;
+mod welcome;
 
 use std::sync::Arc;
 

@@ -12,7 +12,6 @@ use super::backends::{Backends, StepError};
 use super::{StepResult, earlier, finish, specs};
 use crate::backends::kubernetes::keys::KeyState;
 use crate::backends::kubernetes::login::HomeOutcome;
-use crate::backends::notify::{Onboarding, Recipient};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
 use crate::engine::{Actor, Claim, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -104,7 +103,7 @@ pub(crate) fn names(tenant: &str, account: &str, user: &str) -> Result<Names, Tr
 }
 
 /// What `resolve_user` found (every step after it needs it).
-fn resolved(ctx: &StepCtx) -> Result<Resolved, Transition> {
+pub(super) fn resolved(ctx: &StepCtx) -> Result<Resolved, Transition> {
     earlier(ctx, Step::ResolveUser.name())
 }
 
@@ -153,7 +152,7 @@ impl UserOnboard {
             Step::KeyProjected => key_projected(b, &n, ctx).await,
             Step::LoginRestart => login_restart(b, &n, ctx).await,
             Step::SmokeTest => smoke(b, &n, ctx).await,
-            Step::Notify => notify(b, &n, ctx).await,
+            Step::Notify => super::welcome::notify(b, &n, ctx).await,
         }
     }
 }
@@ -370,28 +369,4 @@ async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     }
     Ok(Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
         "accounts": rep.accounts, "compute": { "uid": rep.compute.uid, "gid": rep.compute.gid, "node": rep.compute.node } })))
-}
-
-/// Runbook step 7. A failure here is recorded, never undoes or blocks the onboarding.
-async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
-    let Some(notifier) = &b.notifier else {
-        return Ok(Transition::Done(json!({ "sent": false, "why": "no notification channel is configured" })));
-    };
-    let r = resolved(ctx)?;
-    let key = PublicKey::parse(&r.key).map_err(|e| Transition::Fail(format!("key: {e}")))?;
-    let msg = Onboarding {
-        user: n.user.clone(),
-        tenant: n.tenant.clone(),
-        account: n.account.clone(),
-        login_address: b.login_address_of(&n.tenant),
-        key,
-    }
-    .message();
-    let to = Recipient { user: n.user.clone(), email: (!r.email.is_empty()).then(|| r.email.clone()) };
-    Ok(match notifier.send(&to, &msg).await {
-        Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject,
-                                           "login_address": b.login_address_of(&n.tenant) })),
-        Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
-        Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
-    })
 }

@@ -24,6 +24,7 @@ fn onboarding() -> Message {
         tenant: TenantName::parse("tenant-foo").unwrap(),
         account: SlurmAccount::parse("ml-team").unwrap(),
         login_address: "login.tenant-foo.example".into(),
+        home: "/home/alice".into(),
         key: PublicKey::parse(KEY).unwrap(),
     }
     .message()

@@ -19,6 +19,8 @@ pub struct Onboarding {
     pub account: SlurmAccount,
     /// Where to SSH (from `--login-address`).
     pub login_address: String,
+    /// The user's `$HOME` in the login pod.
+    pub home: String,
     pub key: PublicKey,
 }
 
@@ -39,7 +41,7 @@ impl Onboarding {
         let _ = writeln!(text, "  Tenant:   {t}");
         let _ = writeln!(text, "  Account:  {a}");
         text.push_str("\nCheck that the key fingerprint above is yours before you log in.\n\nFirst steps:\n");
-        let _ = writeln!(text, "  1. ssh {u}@{} and look around: your $HOME is /home/{u}.", self.login_address);
+        let _ = writeln!(text, "  1. ssh {u}@{} and look around: your $HOME is {}.", self.login_address, self.home);
         let _ = writeln!(text, "  2. sacctmgr show association user={u}   (your Slurm account and limits)");
         let _ = writeln!(text, "  3. sbatch --account={a} --gres=gpu:1 --time=10:00 --wrap \"nvidia-smi\"");
         text.push_str("  4. squeue --me   to watch your jobs; large data goes to scratch, not $HOME.\n");
@@ -78,10 +80,17 @@ mod tests {
             tenant: TenantName::parse("tenant-foo").unwrap(),
             account: SlurmAccount::parse("ml-team").unwrap(),
             login_address: "login.tenant-foo.example".into(),
+            home: "/homes/alice".into(),
             key: key.clone(),
         }
         .message();
-        for part in ["ssh alice@login.tenant-foo.example", &key.fingerprint(), "tenant-foo", "--account=ml-team"] {
+        for part in [
+            "ssh alice@login.tenant-foo.example",
+            &key.fingerprint(),
+            "tenant-foo",
+            "--account=ml-team",
+            "$HOME is /homes/alice",
+        ] {
             assert!(m.text.contains(part), "missing {part}");
         }
         let off = Offboarding {
