@@ -157,8 +157,6 @@ async fn login_pod_home_keys_and_smoke_test_for_real() {
         a.authorized_keys_dir = format!("{root}/keys");
         // No sudo on this machine; runuser becomes the user the same way (argv, no shell).
         a.login_run_as = "runuser -u {user} --".into();
-        // The test node has no GPUs.
-        a.smoke_gres = String::new();
     });
     let login = LoginPod::new(Arc::new(PodExec::login(&k8s, &tenant())), k8s.settings().clone(), T);
     let user = Username::parse("onramp-dave").unwrap();

@@ -8,6 +8,7 @@ mod common;
 mod corpus;
 mod dashboard;
 mod dev;
+mod docs;
 mod doctor;
 mod engine_flows;
 mod engine_mechanics;

@@ -164,7 +164,6 @@ impl World {
             ("ONRAMP_SKEL_DIR", path("skel")),
             ("ONRAMP_AUTHORIZED_KEYS_DIR", path("keys")),
             ("ONRAMP_LOGIN_RUN_AS", "runuser -u {user} --".into()),
-            ("ONRAMP_SMOKE_GRES", "gpu:0".into()),
             ("ONRAMP_WEKA_BIN", path("storage/weka")),
             ("ONRAMP_ARCHIVE_DIR", path("archive")),
             ("ONRAMP_SMTP_URL", smtpd.url()),
