@@ -200,9 +200,18 @@ async fn login_pod_home_keys_and_smoke_test_for_real() {
     sacctmgr(&["-i", "add", "account", &acct, "Description=onramp k8s test", "Organization=onramp"]).await;
     sacctmgr(&["-i", "add", "user", "onramp-dave", &format!("Account={acct}")]).await;
     let report = login.smoke_test(&user, &account, uid, gid).await;
-    // Clean up before asserting.
-    sacctmgr(&["-i", "delete", "user", "name=onramp-dave", &format!("account={acct}")]).await;
-    sacctmgr(&["-i", "delete", "account", &acct]).await;
+    // Clean up before asserting: the smoke test's srun job reaches slurmdbd as ended a few
+    // seconds after it ends, and slurmdbd refuses the delete ("Job(s) active") until then.
+    let user_arg = format!("account={acct}");
+    for args in
+        [&["-i", "delete", "user", "name=onramp-dave", user_arg.as_str()][..], &["-i", "delete", "account", &acct]]
+    {
+        crate::common::eventually(Duration::from_secs(60), "slurmdbd to allow the delete", || async {
+            let o = Local.run(&Command::new("sacctmgr").args(args.iter().copied()), T).await.unwrap();
+            o.success().then_some(())
+        })
+        .await;
+    }
     let report = report.unwrap();
     assert!(report.passed(), "{:?} {:?}", report.problems(), report);
     assert_eq!((report.uid, report.gid), (Some(uid), Some(gid)));
