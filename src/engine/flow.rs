@@ -110,6 +110,33 @@ pub struct StepCtx {
 }
 
 impl StepCtx {
+    /// The first attempt of one step outside any job (a simulation, a plan, a test): no job id,
+    /// no approval, no handle on other jobs.
+    pub fn detached(
+        kind: &str,
+        subject: &str,
+        input: Value,
+        outputs: Map<String, Value>,
+        step: &'static str,
+        step_index: usize,
+    ) -> Self {
+        StepCtx {
+            job_id: 0,
+            kind: kind.to_string(),
+            subject: subject.to_string(),
+            input,
+            outputs,
+            step,
+            step_index,
+            attempt: 1,
+            waited: false,
+            poll_deadline: None,
+            approved_by: None,
+            cancel: CancellationToken::new(),
+            jobs: None,
+        }
+    }
+
     /// The job's input as a typed value; a mismatch is a permanent failure of the step.
     pub fn input<T: DeserializeOwned>(&self) -> Result<T, Transition> {
         serde_json::from_value(self.input.clone())

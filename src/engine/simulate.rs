@@ -4,7 +4,6 @@
 
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
-use tokio_util::sync::CancellationToken;
 
 use super::{Flow, StepCtx, Transition};
 
@@ -21,21 +20,7 @@ pub async fn simulate(
 ) -> Result<Map<String, Value>, String> {
     let mut outputs = Map::new();
     for (index, &step) in flow.steps().iter().enumerate() {
-        let mut ctx = StepCtx {
-            job_id: 0,
-            kind: flow.kind().to_string(),
-            subject: subject.to_string(),
-            input: input.clone(),
-            outputs: outputs.clone(),
-            step,
-            step_index: index,
-            attempt: 1,
-            waited: false,
-            poll_deadline: None,
-            approved_by: None,
-            cancel: CancellationToken::new(),
-            jobs: None,
-        };
+        let mut ctx = StepCtx::detached(flow.kind(), subject, input.clone(), outputs.clone(), step, index);
         let mut runs = 0;
         loop {
             runs += 1;

@@ -340,21 +340,15 @@ mod tests {
     use super::*;
 
     fn ctx(outputs: Value) -> StepCtx {
-        StepCtx {
-            job_id: 1,
-            kind: TENANT_OFFBOARD.into(),
-            subject: "foo/tenant".into(),
-            input: json!({ "tenant": "foo" }),
-            outputs: outputs.as_object().cloned().unwrap_or_default(),
-            step: OffboardStep::DeleteAccounts.name(),
-            step_index: 9,
-            attempt: 1,
-            waited: false,
-            poll_deadline: None,
-            approved_by: None,
-            cancel: Default::default(),
-            jobs: None,
-        }
+        let outputs = outputs.as_object().cloned().unwrap_or_default();
+        StepCtx::detached(
+            TENANT_OFFBOARD,
+            "foo/tenant",
+            json!({ "tenant": "foo" }),
+            outputs,
+            OffboardStep::DeleteAccounts.name(),
+            9,
+        )
     }
 
     #[test]

@@ -330,21 +330,8 @@ mod tests {
     use super::*;
 
     fn ctx(outputs: serde_json::Value) -> StepCtx {
-        StepCtx {
-            job_id: 1,
-            kind: USER_OFFBOARD.into(),
-            subject: "t/u".into(),
-            input: json!({}),
-            outputs: outputs.as_object().cloned().unwrap_or_default(),
-            step: Step::Delete.name(),
-            step_index: 8,
-            attempt: 1,
-            waited: false,
-            poll_deadline: None,
-            approved_by: None,
-            cancel: Default::default(),
-            jobs: None,
-        }
+        let outputs = outputs.as_object().cloned().unwrap_or_default();
+        StepCtx::detached(USER_OFFBOARD, "t/u", json!({}), outputs, Step::Delete.name(), 8)
     }
 
     #[test]

@@ -114,20 +114,11 @@ fn backends(spec: Option<Value>, left: Vec<Leftover>) -> Arc<Backends> {
 }
 
 fn ctx(attempt: u32, poll_deadline: Option<time::OffsetDateTime>) -> StepCtx {
+    let input = json!({ "tenant": "foo" });
     StepCtx {
-        job_id: 1,
-        kind: "tenant.onboard".into(),
-        subject: "foo/tenant".into(),
-        input: json!({ "tenant": "foo" }),
-        outputs: Default::default(),
-        step: "network_policy",
-        step_index: 1,
         attempt,
-        waited: false,
         poll_deadline,
-        approved_by: None,
-        cancel: Default::default(),
-        jobs: None,
+        ..StepCtx::detached("tenant.onboard", "foo/tenant", input, Default::default(), "network_policy", 1)
     }
 }
 

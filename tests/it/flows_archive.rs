@@ -127,24 +127,11 @@ async fn the_archive_holds_the_users_records_and_the_last_association_takes_the_
 
 #[tokio::test]
 async fn a_user_with_another_tenants_association_keeps_the_user_record_and_that_association() {
-    use onramp::backends::slurm::{AccountLimits, AccountSpec, SlurmText, UserLimits};
-    use onramp::domain::names::{SlurmAccount, Username};
     let _one = CAROL.lock().await;
     let _node = crate::slurm::NODE.lock().await;
     let h = Harness::start(short()).await;
     onboarded_with_a_finished_job(&h).await;
-    let other = h.other_tenant_account();
-    let text = SlurmText::parse("another tenant").unwrap();
-    let spec = AccountSpec {
-        name: SlurmAccount::parse(&other).unwrap(),
-        parent: None,
-        description: text.clone(),
-        organization: text,
-        limits: AccountLimits::default(),
-    };
-    h.backends.slurm.ensure_account(&spec).await.unwrap();
-    let carol = [Username::parse(UNIX_USER).unwrap()];
-    h.backends.slurm.add_users(&spec.name, &carol, false, &UserLimits::default()).await.unwrap();
+    let other = h.carol_in_another_tenant(&Default::default()).await;
 
     let o = offboard(&h).await;
     assert!(o["archive"]["export"]["rows"].as_u64().unwrap() >= 1, "{o}");
@@ -173,21 +160,8 @@ impl<F: Flow> Flow for AllButLast<F> {
 
 /// Runs the real `delete` step once, after the given earlier steps' outputs.
 async fn delete_step(b: &Arc<Backends>, input: &Value, outputs: &Map<String, Value>) -> Transition {
-    let ctx = StepCtx {
-        job_id: 0,
-        kind: USER_OFFBOARD.into(),
-        subject: "archive-test".into(),
-        input: input.clone(),
-        outputs: outputs.clone(),
-        step: "delete",
-        step_index: STEPS.len() - 1,
-        attempt: 1,
-        waited: false,
-        poll_deadline: None,
-        approved_by: None,
-        cancel: Default::default(),
-        jobs: None,
-    };
+    let ctx =
+        StepCtx::detached(USER_OFFBOARD, "archive-test", input.clone(), outputs.clone(), "delete", STEPS.len() - 1);
     UserOffboard(b.clone()).run(STEPS.len() - 1, &ctx).await
 }
 
@@ -273,20 +247,8 @@ async fn a_tenants_archive_holds_its_records_and_a_changed_one_stops_the_account
     assert_eq!(x["sha256"].as_str().unwrap(), sha256_of(&path));
 
     let last = OFFBOARD_STEPS.len() - 1;
-    let ctx = |outputs: &Map<String, Value>| StepCtx {
-        job_id: 0,
-        kind: TENANT_OFFBOARD.into(),
-        subject: "archive-test".into(),
-        input: input.clone(),
-        outputs: outputs.clone(),
-        step: OFFBOARD_STEPS[last],
-        step_index: last,
-        attempt: 1,
-        waited: false,
-        poll_deadline: None,
-        approved_by: None,
-        cancel: Default::default(),
-        jobs: None,
+    let ctx = |outputs: &Map<String, Value>| {
+        StepCtx::detached(TENANT_OFFBOARD, "archive-test", input.clone(), outputs.clone(), OFFBOARD_STEPS[last], last)
     };
     let tenant = TenantOffboard(h.backends.clone());
     // a line less: refused, the accounts stay

@@ -263,6 +263,25 @@ impl Harness {
         format!("{}-other", self.tenant)
     }
 
+    /// carol also works for another tenant: its account, with her association under `limits`.
+    pub async fn carol_in_another_tenant(&self, limits: &onramp::backends::slurm::UserLimits) -> String {
+        use onramp::backends::slurm::{AccountLimits, AccountSpec, SlurmText};
+        use onramp::domain::names::{SlurmAccount, Username};
+        let other = self.other_tenant_account();
+        let text = SlurmText::parse("another tenant").unwrap();
+        let spec = AccountSpec {
+            name: SlurmAccount::parse(&other).unwrap(),
+            parent: None,
+            description: text.clone(),
+            organization: text,
+            limits: AccountLimits::default(),
+        };
+        self.backends.slurm.ensure_account(&spec).await.unwrap();
+        let carol = [Username::parse(UNIX_USER).unwrap()];
+        self.backends.slurm.add_users(&spec.name, &carol, false, limits).await.unwrap();
+        other
+    }
+
     /// The tenant's QOS and accounts in Slurm as the registry says (what tenant onboarding makes).
     pub async fn ensure_tenant_accounts(&self) {
         let t = self.backends.tenants.tenant(&self.tenant).unwrap();

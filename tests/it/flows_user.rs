@@ -358,25 +358,13 @@ async fn re_added_during_retention(via_group: bool) {
 
 #[tokio::test]
 async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
-    use onramp::backends::slurm::{AccountLimits, AccountSpec, SlurmText, UserLimits};
-    use onramp::domain::names::{SlurmAccount, Username};
+    use onramp::backends::slurm::{Limit, UserLimits};
     let _one = CAROL.lock().await;
     let h = Harness::start(short()).await;
     onboarded(&h).await;
     // carol also works for another tenant, with a pending job there
-    let other = h.other_tenant_account();
-    let text = SlurmText::parse("another tenant").unwrap();
-    let spec = AccountSpec {
-        name: SlurmAccount::parse(&other).unwrap(),
-        parent: None,
-        description: text.clone(),
-        organization: text,
-        limits: AccountLimits::default(),
-    };
-    h.backends.slurm.ensure_account(&spec).await.unwrap();
-    let carol = [Username::parse(UNIX_USER).unwrap()];
-    let limits = UserLimits { max_jobs: Some(onramp::backends::slurm::Limit::At(5)), ..Default::default() };
-    h.backends.slurm.add_users(&spec.name, &carol, false, &limits).await.unwrap();
+    let limits = UserLimits { max_jobs: Some(Limit::At(5)), ..Default::default() };
+    let other = h.carol_in_another_tenant(&limits).await;
     let elsewhere = h.sbatch_in(&other, &["--begin=now+3600"]).unwrap();
 
     h.set_member(false, true);
@@ -391,7 +379,8 @@ async fn offboarding_from_one_tenant_leaves_the_users_other_tenant_alone() {
     assert_eq!(done.outputs["disable_login"]["authentik"], "deactivated");
     // gone from this tenant; in the other one she is unblocked, her pending job is still there
     assert!(carol_rows(&h, &h.assocs().await).is_empty());
-    let state = h.backends.slurm.user(&carol[0]).await.unwrap().expect("carol is still a Slurm user");
+    let carol = onramp::domain::names::Username::parse(UNIX_USER).unwrap();
+    let state = h.backends.slurm.user(&carol).await.unwrap().expect("carol is still a Slurm user");
     let a = state.assocs.iter().find(|a| a.account == other).expect("the other tenant's association");
     assert!(!a.is_blocked() && a.max_submit_jobs != onramp::backends::slurm::Limit::At(0), "{a:?}");
     assert!(h.squeue().iter().any(|(i, _)| *i == elsewhere), "{:?}", h.squeue());
