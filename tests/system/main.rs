@@ -9,5 +9,6 @@
 mod onboarding;
 #[path = "../it/otlp.rs"]
 mod otlp;
+mod reliability;
 mod traces;
 mod world;

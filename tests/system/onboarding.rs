@@ -67,7 +67,7 @@ async fn onboarding_with_sacctmgr_on_the_host() {
 
 /// The users appear in Authentik and the webhook gets a delivery per user ("user created"), one
 /// per tenant group ("members added"), and a second copy of every tenth (a retried delivery).
-async fn burst(w: &World, users: &[User]) {
+pub async fn burst(w: &World, users: &[User]) {
     w.add_users(users).await;
     let mut deliveries: Vec<Delivery> =
         users.iter().map(|u| Delivery::new(&webhook::user_created(u.pk, &u.username))).collect();
@@ -104,7 +104,7 @@ async fn wait_progress(w: &World, n: usize) {
 }
 
 /// Every effect of every user's onboarding, read outside onramp.
-async fn check(w: &World, users: &[User]) {
+pub async fn check(w: &World, users: &[User]) {
     // one onboarding job per user, each for the right tenant and account
     let jobs: BTreeSet<(String, String, String)> =
         w.db.inputs("user.onboard", "succeeded")
