@@ -104,11 +104,12 @@ impl Transport for Local {
         Box::pin(async move {
             let argv = cmd.argv();
             let program = argv[0].clone();
-            let child = tokio::process::Command::new(&program)
-                .args(&argv[1..])
-                .stdin(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .output();
+            let mut child = tokio::process::Command::new(&program);
+            child.args(&argv[1..]).stdin(std::process::Stdio::null()).kill_on_drop(true);
+            let parent = std::process::id();
+            // SAFETY: the hook only calls prctl and getppid, which are async-signal-safe.
+            unsafe { child.pre_exec(move || die_with(parent)) };
+            let child = child.output();
             match tokio::time::timeout(timeout, child).await {
                 Err(_) => Err(TransportError::Timeout { program, after: timeout }),
                 Ok(Err(e)) => Err(TransportError::Spawn { program, reason: e.to_string() }),
@@ -120,6 +121,23 @@ impl Transport for Local {
             }
         })
     }
+}
+
+/// Between fork and exec: the command is killed when this process dies. Without it, a `kill -9`
+/// of onramp mid-`sacctmgr` leaves the command writing on while the write gate (a session of the
+/// dead process) is free and another replica's write starts: slurmdbd 22.05 loses one of two
+/// concurrent writes. (The signal follows the thread that started the command: commands start on
+/// the runtime's worker threads, which live as long as the process.)
+fn die_with(parent: u32) -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // the parent may have died before the prctl: then nobody would signal this child
+    if unsafe { libc::getppid() } as u32 != parent {
+        return Err(std::io::Error::other("onramp exited while starting the command"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
