@@ -134,7 +134,7 @@ pub async fn check(w: &World, users: &[User]) {
 
 /// `sacctmgr show assoc`: each user has exactly one association, under their account, with the
 /// tenant's user defaults; nobody else is under the world's accounts.
-fn check_associations(w: &World, users: &[User]) {
+pub fn check_associations(w: &World, users: &[User]) {
     let mut accounts: Vec<&str> = w.tenants.iter().map(|t| t.account.as_str()).collect();
     accounts.extend(w.tenants.iter().filter_map(|t| t.team.as_ref().map(|(a, _)| a.as_str())));
     let rows = cluster::assocs(&accounts);
@@ -158,7 +158,7 @@ fn check_associations(w: &World, users: &[User]) {
 }
 
 /// The tenant's key Secret at the fake API holds exactly its users' keys.
-async fn check_keys(w: &World, users: &[User]) {
+pub async fn check_keys(w: &World, users: &[User]) {
     let b64 = base64::engine::general_purpose::STANDARD;
     for t in &w.tenants {
         let n = cluster::tenant_k8s(t.name);
@@ -178,7 +178,7 @@ async fn check_keys(w: &World, users: &[User]) {
 
 /// `$HOME` exists, owned by the user's numbers, mode 700, from the skeleton; it was made through
 /// the user's tenant's login pod (the rename into place ran there) and never made twice.
-async fn check_homes(w: &World, users: &[User]) {
+pub async fn check_homes(w: &World, users: &[User]) {
     let execs = w.k8s.execs().await.unwrap();
     let root = w.path("home");
     for u in users {
@@ -196,7 +196,7 @@ async fn check_homes(w: &World, users: &[User]) {
 }
 
 /// The fake storage CLI was asked for each user's `$HOME` quota from the registry.
-fn check_quotas(w: &World, users: &[User]) {
+pub fn check_quotas(w: &World, users: &[User]) {
     let calls = std::fs::read_to_string(w.path("storage/calls.jsonl")).unwrap_or_default();
     let calls: BTreeSet<Vec<String>> = calls.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     for u in users {
@@ -210,7 +210,7 @@ fn check_quotas(w: &World, users: &[User]) {
 
 /// One welcome e-mail per user at the SMTP server (two only where the worker died in the
 /// notify step, after sending and before recording it).
-async fn check_mail(w: &World, users: &[User]) {
+pub async fn check_mail(w: &World, users: &[User]) {
     let interrupted: BTreeSet<String> = w.db.interrupted("notify").await.into_iter().collect();
     let mails = w.smtpd.messages();
     for u in users {

@@ -44,3 +44,6 @@ impl Figures {
         eprintln!("{line}");
     }
 }
+
+mod chaos;
+mod crash;

@@ -28,6 +28,7 @@ pub struct Tenant {
     pub max_jobs: u32,
 }
 
+/// Every tenant a world may have (a world takes the first `Options::tenants`).
 pub fn tenants() -> Vec<Tenant> {
     vec![
         Tenant {
@@ -43,6 +44,13 @@ pub fn tenants() -> Vec<Tenant> {
             account: format!("{PREFIX}-bar"),
             team: None,
             max_jobs: 10,
+        },
+        Tenant {
+            name: "baz",
+            group: "tenant-baz-users".into(),
+            account: format!("{PREFIX}-baz"),
+            team: None,
+            max_jobs: 5,
         },
     ]
 }

@@ -12,8 +12,11 @@ pub mod cluster;
 pub mod db;
 pub mod deploy;
 pub mod mail;
+pub mod options;
 pub mod process;
+pub mod sender;
 pub mod setup;
+pub mod trace;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -26,50 +29,9 @@ use onramp_fakes::client::{AuthentikControl, K8sControl};
 use self::cluster::{Tenant, User};
 use self::db::Db;
 use self::mail::Smtpd;
+pub use self::options::{Options, SlurmVia};
 use self::process::Proc;
 use self::setup::{env, kubeconfig, layout};
-
-/// How onramp reaches `sacctmgr` (`ONRAMP_SLURM_VIA`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlurmVia {
-    /// On this host, as a sidecar or a host with the Slurm client would.
-    Local,
-    /// In the slurmctld pod, through the Kubernetes exec API (the fake runs it here).
-    KubeExec,
-}
-
-impl SlurmVia {
-    pub fn setting(self) -> &'static str {
-        match self {
-            Self::Local => "local",
-            Self::KubeExec => "kube-exec",
-        }
-    }
-}
-
-pub struct Options {
-    pub slurm_via: SlurmVia,
-    pub workers: usize,
-    /// Settings beyond deploy/'s and the world's own (timers, concurrency), by variable.
-    pub settings: BTreeMap<String, String>,
-}
-
-impl Options {
-    /// Two workers with short timers, so a run takes a couple of minutes.
-    pub fn new(slurm_via: SlurmVia) -> Self {
-        let settings = [
-            ("ONRAMP_PROPAGATION_WAIT", "1s"),
-            ("ONRAMP_KEY_DEADLINE", "2m"),
-            ("ONRAMP_LEASE", "5s"),
-            ("ONRAMP_POLL_INTERVAL", "1s"),
-            ("ONRAMP_WEBHOOK_SETTLE", "1s"),
-            ("ONRAMP_SHUTDOWN_GRACE", "5s"),
-            ("ONRAMP_LOG", "info"),
-        ];
-        let settings = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Self { slurm_via, workers: 2, settings }
-    }
-}
 
 /// Polls `check` until it returns Some, or panics with `what` after `deadline`.
 pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
@@ -101,6 +63,8 @@ pub struct World {
     pub api: Proc,
     /// `http://127.0.0.1:<port>`.
     pub api_url: String,
+    /// The other `api` replicas (`Options::apis`), with their URLs.
+    pub more_apis: Vec<(Proc, String)>,
     pub workers: Vec<Proc>,
     pub tenants: Vec<Tenant>,
     /// The site's settings: what an overlay adds to the ConfigMap `onramp-settings` (the fakes'
@@ -117,8 +81,9 @@ impl World {
     pub async fn start(opts: Options) -> Self {
         let one = ONE.lock().await;
         slurm_cluster_up();
-        let tenants = cluster::tenants();
-        cluster::delete_slurm_state(&tenants);
+        // every tenant's Slurm state goes, also of a tenant this world does not have
+        cluster::delete_slurm_state(&cluster::tenants());
+        let tenants: Vec<_> = cluster::tenants().into_iter().take(opts.tenants).collect();
         let bin = process::binary("ONRAMP_BIN", "onramp", process::RELEASE);
         let fakes_bin = process::binary("ONRAMP_FAKES_BIN", "onramp-fakes", process::RELEASE);
         let dir = tempfile::Builder::new().prefix("onramp-system-").tempdir().unwrap();
@@ -189,12 +154,9 @@ impl World {
         .await;
         assert!(status.success(), "onramp migrate: {status}\n{}", m.tail(30));
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let api_url = format!("http://127.0.0.1:{port}");
-        let a = deploy::api();
-        let mut api_env = env(&a, "onramp-api-0", &site, &opts, &d);
-        api_env.insert("ONRAMP_LISTEN".into(), format!("127.0.0.1:{port}"));
-        let api = Proc::spawn("api", &bin, &a.args, api_env, d.join("logs/api.log"));
+        let mut apis: Vec<(Proc, String)> =
+            (0..opts.apis.max(1)).map(|i| spawn_api(i, &bin, &site, &opts, &d)).collect();
+        let (api, api_url) = apis.remove(0);
         let mut w = Self {
             opts,
             dir,
@@ -205,6 +167,7 @@ impl World {
             smtpd,
             api,
             api_url,
+            more_apis: apis,
             workers: vec![],
             tenants,
             site,
@@ -230,10 +193,16 @@ impl World {
 
     /// The API answers /readyz and every worker has its LISTEN connection up.
     pub async fn wait_ready(&mut self) {
-        let (http, url) = (self.http.clone(), format!("{}/readyz", self.api_url));
-        let ready = eventually(Duration::from_secs(60), "the api replica to be ready", || {
-            let (http, url) = (http.clone(), url.clone());
-            async move { http.get(url).send().await.ok().filter(|r| r.status().is_success()).map(drop) }
+        let (http, urls) = (self.http.clone(), self.api_urls());
+        let ready = eventually(Duration::from_secs(60), "the api replicas to be ready", || {
+            let (http, urls) = (http.clone(), urls.clone());
+            async move {
+                for url in urls {
+                    let r = http.get(format!("{url}/readyz")).send().await.ok();
+                    r.filter(|r| r.status().is_success())?;
+                }
+                Some(())
+            }
         });
         tokio::select! {
             _ = ready => {}
@@ -250,10 +219,21 @@ impl World {
         .await;
     }
 
+    /// Every onramp process (the api replicas, then the workers).
+    fn processes(&mut self) -> impl Iterator<Item = &mut Proc> {
+        let apis = std::iter::once(&mut self.api).chain(self.more_apis.iter_mut().map(|(p, _)| p));
+        apis.chain(self.workers.iter_mut())
+    }
+
+    /// The URLs of the api replicas.
+    pub fn api_urls(&self) -> Vec<String> {
+        std::iter::once(self.api_url.clone()).chain(self.more_apis.iter().map(|(_, u)| u.clone())).collect()
+    }
+
     /// Resolves when one of the onramp processes has exited.
     async fn died(&mut self) {
         loop {
-            if self.api.exited().is_some() || self.workers.iter_mut().any(|w| w.exited().is_some()) {
+            if self.processes().any(|p| p.exited().is_some()) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -318,10 +298,25 @@ impl World {
         self.wait_ready().await;
     }
 
+    /// `kill -9` of api replica `i`.
+    pub async fn kill_api(&mut self, i: usize) {
+        self.api_replica(i).kill9().await;
+    }
+
+    /// Starts api replica `i` again and waits until every replica is ready.
+    pub async fn restart_api(&mut self, i: usize) {
+        self.api_replica(i).restart();
+        self.wait_ready().await;
+    }
+
+    fn api_replica(&mut self, i: usize) -> &mut Proc {
+        if i == 0 { &mut self.api } else { &mut self.more_apis[i - 1].0 }
+    }
+
     /// SIGTERM to every onramp process; each must exit by itself, successfully, within its grace.
     pub async fn stop(&mut self) {
         let mut bad = vec![];
-        for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
+        for p in self.processes() {
             match p.terminate(Duration::from_secs(20)).await {
                 Some(s) if s.success() => {}
                 other => bad.push(format!("{}: {other:?}\n{}", p.name, p.tail(10))),
@@ -337,7 +332,8 @@ impl World {
 
     fn logs(&self) -> String {
         let mut s = String::new();
-        for p in std::iter::once(&self.api).chain(&self.workers) {
+        let apis = std::iter::once(&self.api).chain(self.more_apis.iter().map(|(p, _)| p));
+        for p in apis.chain(&self.workers) {
             s += &format!("---- {} ({})\n{}\n", p.name, p.log.display(), p.tail(15));
         }
         s
@@ -350,7 +346,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
+        for p in self.processes() {
             p.kill_now();
         }
         cluster::delete_slurm_state(&self.tenants);
@@ -368,4 +364,22 @@ fn slurm_cluster_up() {
     let o = std::process::Command::new("sacctmgr").args(["-n", "-P", "show", "cluster", "format=cluster"]).output();
     let up = o.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "production"));
     assert!(up, "the Slurm test cluster is not running ({o:?}): run `scripts/slurm-test-cluster.sh start`");
+}
+
+/// Api replica `i` as deploy/ starts it, on a port of its own: the process and its URL.
+fn spawn_api(
+    i: usize,
+    bin: &std::path::Path,
+    site: &BTreeMap<String, String>,
+    opts: &Options,
+    d: &std::path::Path,
+) -> (Proc, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let a = deploy::api();
+    let pod = format!("onramp-api-{i}");
+    let mut e = env(&a, &pod, site, opts, d);
+    e.insert("ONRAMP_LISTEN".into(), format!("127.0.0.1:{port}"));
+    let name = if i == 0 { "api".to_string() } else { format!("api-{i}") };
+    let p = Proc::spawn(&name, bin, &a.args, e, d.join(format!("logs/{name}.log")));
+    (p, format!("http://127.0.0.1:{port}"))
 }

@@ -45,6 +45,15 @@ pub fn group_members_added(group_pk: &str, name: &str, pks: &[i64]) -> Value {
     )
 }
 
+/// "Group updated", with the members removed.
+pub fn group_members_removed(group_pk: &str, name: &str, pks: &[i64]) -> Value {
+    event(
+        "model_updated",
+        json!({"app": "authentik_core", "model_name": "group", "pk": group_pk, "name": name}),
+        Some(json!({"users": {"remove": pks}})),
+    )
+}
+
 /// One signed delivery: (webhook-id, timestamp, body bytes, signature).
 pub struct Delivery {
     pub id: String,
@@ -59,15 +68,28 @@ impl Delivery {
     }
 
     pub async fn send(&self, http: &reqwest::Client, url: &str) -> reqwest::StatusCode {
+        self.try_send(http, url, self.ts).await.unwrap_or_else(|e| panic!("POST {url}: {e}"))
+    }
+
+    /// One attempt, signed at `ts` (a sender's retry signs the same id and body anew): the answer's
+    /// status, or why there was none (refused connection, reset, timeout).
+    pub async fn try_send(&self, http: &reqwest::Client, url: &str, ts: i64) -> Result<reqwest::StatusCode, String> {
         let r = http
             .post(url)
             .header("content-type", "application/json")
             .header("webhook-id", &self.id)
-            .header("webhook-timestamp", self.ts.to_string())
-            .header("webhook-signature", signature(WHSEC, &self.id, self.ts, &self.body))
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature(WHSEC, &self.id, ts, &self.body))
             .body(self.body.clone())
+            .timeout(std::time::Duration::from_secs(10))
             .send()
             .await;
-        r.map(|r| r.status()).unwrap_or_else(|e| panic!("POST {url}: {e}"))
+        r.map(|r| r.status()).map_err(|e| e.to_string())
+    }
+
+    /// The event's uuid (what the intake deduplicates on).
+    pub fn event_uuid(&self) -> String {
+        let v: Value = serde_json::from_slice(&self.body).unwrap();
+        v["event_uuid"].as_str().unwrap().to_string()
     }
 }
