@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod db;
 pub mod deploy;
 pub mod mail;
+pub mod postgres;
 pub mod process;
 pub mod setup;
 pub mod webhook;
@@ -50,6 +51,9 @@ impl SlurmVia {
 pub struct Options {
     pub slurm_via: SlurmVia,
     pub workers: usize,
+    /// A PostgreSQL server of the world's own (stopped with the world) instead of a database on
+    /// the shared one: for scenarios that stop and start it (`Db::stop`, `Db::start`).
+    pub own_postgres: bool,
     /// Settings beyond deploy/'s and the world's own (timers, concurrency), by variable.
     pub settings: BTreeMap<String, String>,
 }
@@ -67,7 +71,7 @@ impl Options {
             ("ONRAMP_LOG", "info"),
         ];
         let settings = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Self { slurm_via, workers: 2, settings }
+        Self { slurm_via, workers: 2, own_postgres: false, settings }
     }
 }
 
@@ -138,7 +142,11 @@ impl World {
             .collect();
         authentik.add_groups(&groups).await.unwrap();
         let smtpd = Smtpd::start(d.join("mail"), d.join("logs/smtpd.log")).await;
-        let db = Db::create().await;
+        let server = match opts.own_postgres {
+            true => Some(postgres::Server::create(&d.join("postgres")).await),
+            false => None,
+        };
+        let db = Db::create(server).await;
 
         // the files deploy/ mounts: the registry's ConfigMap and the Secret `onramp`, whose
         // items each process gets in its own directory (only those its manifest mounts)
@@ -353,6 +361,8 @@ impl Drop for World {
         for p in std::iter::once(&mut self.api).chain(self.workers.iter_mut()) {
             p.kill_now();
         }
+        // the fields' drops remove the directory before the server in it would stop
+        self.db.shut_down();
         cluster::delete_slurm_state(&self.tenants);
         if std::thread::panicking() {
             // keep the files and logs of a failed run to look at

@@ -59,6 +59,12 @@ impl Delivery {
     }
 
     pub async fn send(&self, http: &reqwest::Client, url: &str) -> reqwest::StatusCode {
+        self.try_send(http, url).await.map(|(s, _)| s).unwrap_or_else(|e| panic!("POST {url}: {e}"))
+    }
+
+    /// One attempt, as a sender that retries sees it: the answer's status and JSON body (`Null`
+    /// if it has none), or the error when there was no answer (refused, reset, timed out).
+    pub async fn try_send(&self, http: &reqwest::Client, url: &str) -> reqwest::Result<(reqwest::StatusCode, Value)> {
         let r = http
             .post(url)
             .header("content-type", "application/json")
@@ -67,7 +73,9 @@ impl Delivery {
             .header("webhook-signature", signature(WHSEC, &self.id, self.ts, &self.body))
             .body(self.body.clone())
             .send()
-            .await;
-        r.map(|r| r.status()).unwrap_or_else(|e| panic!("POST {url}: {e}"))
+            .await?;
+        let status = r.status();
+        let body = r.bytes().await?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
     }
 }
