@@ -117,6 +117,12 @@ async fn a_postgresql_restart_during_a_burst_loses_no_acknowledged_delivery() {
     }
     figures.add("workers_listen_ms", listen_ms);
     figures.add("jobs_succeeded", jobs["succeeded"]);
+    // steps whose worker could not renew the lease or write the result while PostgreSQL was down
+    let rerun: i64 = sqlx::query_scalar("select count(*) from step_runs where outcome = 'lease_expired'")
+        .fetch_one(&w.db.pool)
+        .await
+        .unwrap();
+    figures.add("steps_run_again", rerun);
     w.stop().await;
     figures.print();
 }
