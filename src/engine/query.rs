@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool};
 use time::OffsetDateTime;
 
 use super::ops::JOB_COLUMNS;
@@ -135,8 +135,18 @@ pub async fn now(pool: &PgPool) -> Result<OffsetDateTime, EngineError> {
     Ok(sqlx::query_scalar("select now()").fetch_one(pool).await?)
 }
 
-/// Whether the database answers.
+/// Whether the database answers: on an idle connection of the pool if there is one, else on a
+/// connection of its own. Not through `acquire`: the pool retries a refused connection (a server
+/// stopped or restarting) until its acquire timeout, so a database that is down would look slow
+/// rather than down; a connection of its own is refused at once.
 pub async fn ping(pool: &PgPool) -> Result<(), EngineError> {
-    sqlx::query("select 1").execute(pool).await?;
+    if let Some(mut idle) = pool.try_acquire() {
+        // one the server closed fails here (and is not returned to the pool)
+        sqlx::query("select 1").execute(&mut *idle).await?;
+        return Ok(());
+    }
+    let mut own = PgConnection::connect_with(&pool.connect_options()).await?;
+    sqlx::query("select 1").execute(&mut own).await?;
+    let _ = own.close().await;
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! 500); partial heads, stalled and chunked bodies and idle connections are dropped within their
 //! timeouts; connections and live streams are limited; the login limiter never refuses a valid
 //! token and believes X-Forwarded-For only from trusted proxies; readiness answers within a
-//! second whatever the database does.
+//! second whatever the database does, and at once when it refuses connections.
 
 use std::time::{Duration, Instant};
 
@@ -301,6 +301,22 @@ async fn readiness_answers_within_a_second_during_an_outage_and_200_after() {
     let started = Instant::now();
     assert_eq!(ok.http.get(format!("{}/readyz", ok.base)).send().await.unwrap().status(), StatusCode::OK);
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_answers_503_at_once_when_the_database_refuses_connections() {
+    // a stopped server: nothing listens on its port. The pool would retry a refused connection
+    // until its acquire timeout, so readiness answered only at its own one-second timeout.
+    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/onramp");
+    let pool = PgPoolOptions::new().acquire_timeout(Duration::from_secs(10)).connect_lazy(&url).unwrap();
+    let a = serve(Engine::new(pool, onramp::flows::registry()), HttpSettings::default(), None).await;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = a.http.get(format!("{}/readyz", a.base)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(started.elapsed() < Duration::from_millis(300), "{:?}", started.elapsed());
+    }
 }
 
 async fn open_stream(a: &App, t: &str) -> reqwest::Response {

@@ -1,10 +1,13 @@
-//! The world's own PostgreSQL database (created at start, dropped at the end), and what the test
-//! reads from it: the jobs' states and their step attempts.
+//! The world's own PostgreSQL database (created at start, dropped at the end), on the shared
+//! server or on a server of the world's own (`postgres::Server`, which a scenario can stop and
+//! start), and what the test reads from it: the jobs' states and their step attempts.
 
 use std::collections::BTreeMap;
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
+
+use super::postgres::{Server, Stop};
 
 /// The server the world creates its database on (trust auth, a role allowed to create databases).
 pub fn admin_url() -> String {
@@ -15,11 +18,13 @@ pub struct Db {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    /// The world's own server, if it has one (else the database is on `admin_url()`'s).
+    server: Option<Server>,
 }
 
 impl Db {
-    pub async fn create() -> Self {
-        let admin = admin_url();
+    pub async fn create(server: Option<Server>) -> Self {
+        let admin = server.as_ref().map_or_else(admin_url, Server::admin_url);
         let name = format!("onramp_system_{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin)
             .await
@@ -27,7 +32,27 @@ impl Db {
         sqlx::query(&format!("create database {name}")).execute(&mut conn).await.unwrap();
         let url = format!("{}/{name}", admin.rsplit_once('/').expect("a database URL").0);
         let pool = PgPoolOptions::new().max_connections(4).connect_lazy(&url).unwrap();
-        Self { name, url, pool }
+        Self { name, url, pool, server }
+    }
+
+    fn server(&self) -> &Server {
+        self.server.as_ref().expect("only a world with its own PostgreSQL (Options::own_postgres) stops it")
+    }
+
+    /// Stops the world's own server (every onramp process loses its connections).
+    pub async fn stop(&self, how: Stop) {
+        self.server().stop(how).await;
+    }
+
+    pub async fn start(&self) {
+        self.server().start().await;
+    }
+
+    /// Stops the world's own server now (before the world's directory, which holds its data, goes).
+    pub fn shut_down(&self) {
+        if let Some(s) = &self.server {
+            s.stop_now();
+        }
     }
 
     /// How many jobs of `kind` are in each state.
@@ -88,6 +113,9 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
+        if self.server.is_some() {
+            return; // the server and its files go with the world
+        }
         let name = self.name.clone();
         // Drop runs inside the test's runtime: use a thread with a runtime of its own.
         let _ = std::thread::spawn(move || {

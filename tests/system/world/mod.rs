@@ -13,6 +13,7 @@ pub mod db;
 pub mod deploy;
 pub mod mail;
 pub mod options;
+pub mod postgres;
 pub mod process;
 pub mod sender;
 pub mod setup;
@@ -103,7 +104,11 @@ impl World {
             .collect();
         authentik.add_groups(&groups).await.unwrap();
         let smtpd = Smtpd::start(d.join("mail"), d.join("logs/smtpd.log")).await;
-        let db = Db::create().await;
+        let server = match opts.own_postgres {
+            true => Some(postgres::Server::create(&d.join("postgres")).await),
+            false => None,
+        };
+        let db = Db::create(server).await;
 
         // the files deploy/ mounts: the registry's ConfigMap and the Secret `onramp`, whose
         // items each process gets in its own directory (only those its manifest mounts)
@@ -349,6 +354,8 @@ impl Drop for World {
         for p in self.processes() {
             p.kill_now();
         }
+        // the fields' drops remove the directory before the server in it would stop
+        self.db.shut_down();
         cluster::delete_slurm_state(&self.tenants);
         if std::thread::panicking() {
             // keep the files and logs of a failed run to look at

@@ -27,6 +27,9 @@ pub struct Options {
     pub apis: usize,
     /// How many of `cluster::tenants()` the world has (2: foo, bar; 3: and baz).
     pub tenants: usize,
+    /// A PostgreSQL server of the world's own (stopped with the world) instead of a database on
+    /// the shared one: for scenarios that stop and start it (`Db::stop`, `Db::start`).
+    pub own_postgres: bool,
     /// Settings beyond deploy/'s and the world's own (timers, concurrency), by variable.
     pub settings: BTreeMap<String, String>,
 }
@@ -44,6 +47,6 @@ impl Options {
             ("ONRAMP_LOG", "info"),
         ];
         let settings = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Self { slurm_via, workers: 2, apis: 1, tenants: 2, settings }
+        Self { slurm_via, workers: 2, apis: 1, tenants: 2, own_postgres: false, settings }
     }
 }

@@ -1,4 +1,4 @@
-//! A webhook sender as Authentik's is: each delivery is resent (same id and body, signed anew)
+//! A webhook sender as Authentik's is: each delivery is resent (same id, body and signature)
 //! until it is acknowledged with a 2xx, across refused connections, resets and 5xx answers,
 //! round-robin over the api replicas. It keeps what happened to every delivery.
 
@@ -57,8 +57,7 @@ pub async fn deliver_all(
             loop {
                 o.attempts += 1;
                 let url = format!("{}/webhooks/authentik", urls[(n + o.attempts as usize) % urls.len()]);
-                let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-                let answer = d.try_send(&http, &url, ts).await;
+                let answer = d.try_send(&http, &url).await.map(|(s, _)| s);
                 match answer {
                     Ok(s) if s.is_success() => {
                         o.duplicate = s == reqwest::StatusCode::OK;

@@ -68,23 +68,24 @@ impl Delivery {
     }
 
     pub async fn send(&self, http: &reqwest::Client, url: &str) -> reqwest::StatusCode {
-        self.try_send(http, url, self.ts).await.unwrap_or_else(|e| panic!("POST {url}: {e}"))
+        self.try_send(http, url).await.map(|(s, _)| s).unwrap_or_else(|e| panic!("POST {url}: {e}"))
     }
 
-    /// One attempt, signed at `ts` (a sender's retry signs the same id and body anew): the answer's
-    /// status, or why there was none (refused connection, reset, timeout).
-    pub async fn try_send(&self, http: &reqwest::Client, url: &str, ts: i64) -> Result<reqwest::StatusCode, String> {
+    /// One attempt, as a sender that retries sees it: the answer's status and JSON body (`Null`
+    /// if it has none), or the error when there was no answer (refused, reset, timed out).
+    pub async fn try_send(&self, http: &reqwest::Client, url: &str) -> reqwest::Result<(reqwest::StatusCode, Value)> {
         let r = http
             .post(url)
             .header("content-type", "application/json")
             .header("webhook-id", &self.id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature(WHSEC, &self.id, ts, &self.body))
+            .header("webhook-timestamp", self.ts.to_string())
+            .header("webhook-signature", signature(WHSEC, &self.id, self.ts, &self.body))
             .body(self.body.clone())
-            .timeout(std::time::Duration::from_secs(10))
             .send()
-            .await;
-        r.map(|r| r.status()).map_err(|e| e.to_string())
+            .await?;
+        let status = r.status();
+        let body = r.bytes().await?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
     }
 
     /// The event's uuid (what the intake deduplicates on).
