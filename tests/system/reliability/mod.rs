@@ -8,8 +8,8 @@
 //! Sized to minutes in `.ci/run`; `ONRAMP_RELIABILITY_FULL=1` runs the sizes RELIABILITY.md
 //! reports (e.g. 1,000 users, 20 kills).
 
-#![allow(dead_code)] // TEMPORARY: until the scenarios land
-
+mod chaos;
+mod crash;
 mod postgres;
 
 use std::fmt::Write as _;
@@ -46,6 +46,3 @@ impl Figures {
         eprintln!("{line}");
     }
 }
-
-mod chaos;
-mod crash;
