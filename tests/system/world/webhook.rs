@@ -45,6 +45,15 @@ pub fn group_members_added(group_pk: &str, name: &str, pks: &[i64]) -> Value {
     )
 }
 
+/// "Group updated", with the members removed.
+pub fn group_members_removed(group_pk: &str, name: &str, pks: &[i64]) -> Value {
+    event(
+        "model_updated",
+        json!({"app": "authentik_core", "model_name": "group", "pk": group_pk, "name": name}),
+        Some(json!({"users": {"remove": pks}})),
+    )
+}
+
 /// One signed delivery: (webhook-id, timestamp, body bytes, signature).
 pub struct Delivery {
     pub id: String,
