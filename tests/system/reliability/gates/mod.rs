@@ -7,14 +7,16 @@
 //!    deleted by hand: neither delete runs, the jobs fail naming the archive, the associations
 //!    stay. A third user's export first comes out empty (its temporary file is a link to
 //!    /dev/null): the archive step retries until the export holds the records, and only then is
-//!    that user deleted (the control: the same window lets an intact archive through).
+//!    that user deleted (the control: the same window lets an intact archive through). A fourth
+//!    user's `$HOME` snapshot is deleted by hand in the window: no delete either.
 //! 2. Brake: Authentik suddenly lists no members in any tenant group; the reconcile an operator
 //!    starts (`POST /v1/jobs reconcile.full`) holds every offboarding for a person's approval,
 //!    touching no association (read with `sacctmgr`).
-//! 3. Re-added during retention: a user removed from the group (webhook) is blocked, their key
-//!    removed, and waits out retention; re-added (webhook), the offboarding is cancelled as
-//!    superseded and the user restored: association unblocked with the tenant's limits, key back,
-//!    `$HOME` and its data as they were, nothing of theirs deleted or snapshotted.
+//! 3. Re-added during retention: users removed from the group (webhook; one in the tenant's
+//!    account, one in a team's) are blocked, their keys removed, and wait out retention; re-added
+//!    (webhook), the offboardings are cancelled as superseded and the users restored: associations
+//!    unblocked with their limits, keys back, `$HOME` and its data as they were, nothing of
+//!    theirs deleted or snapshotted.
 //!
 //! Users per tenant: 8 (`ONRAMP_RELIABILITY_FULL=1`: 100, for a bigger brake pass).
 
@@ -24,6 +26,9 @@ use std::time::Duration;
 use onramp_fakes::authentik::control::FailNext;
 use serde_json::{Value, json};
 
+mod read;
+
+use self::read::{all_assocs, assoc_of, deletes_of, export_name, key_in_secret, snapshot_file};
 use super::{Figures, full};
 use crate::world::cluster::{self, User};
 use crate::world::webhook::{self, Delivery};
@@ -60,8 +65,8 @@ async fn gates_hold_on_the_deployed_world() {
 
     // one after the other: the archive gate's Authentik outage must not meet the re-added
     // user's reconcile, and the brake pass comes last (it empties every group)
-    re_added_during_retention(&w, foo[3], &mut fig).await;
-    archive_gate(&w, foo[0], foo[1], foo[2], &mut fig).await;
+    re_added_during_retention(&w, &[foo[3], foo[6]], &mut fig).await;
+    archive_gate(&w, [foo[0], foo[1], foo[2], foo[4]], &mut fig).await;
     brake_gate(&w, &users, &mut fig).await;
     fig.print();
     w.stop().await;
@@ -69,66 +74,78 @@ async fn gates_hold_on_the_deployed_world() {
 
 // ---- gate 3: re-added during retention
 
-async fn re_added_during_retention(w: &World, u: &User, fig: &mut Figures) {
-    let home = w.path("home").join(&u.username);
-    let data = home.join("results.csv");
-    std::fs::write(&data, "epoch,loss\n1,0.5\n").unwrap();
-    std::os::unix::fs::chown(&data, Some(u.uid()), Some(u.uid())).unwrap();
-    let before = assoc_of(u).expect("an association after onboarding");
+const DATA: &str = "epoch,loss\n1,0.5\n";
 
-    // removed from every group, as Authentik's webhook tells it
-    set_groups(w, u, &[]).await;
-    let group = tenant_group(w, u);
-    send(w, &webhook::group_members_removed(&onramp_fakes::authentik::group_uuid(&group), &group, &[u.pk])).await;
-    let off = wait_job(w, "user.offboard", u, "the offboarding to wait out retention", |j| {
-        j.state == "waiting" && j.step == "retention"
-    })
-    .await;
-    // it really offboarded so far: blocked, key gone
-    assert_eq!(assoc_of(u).map(|a| a.blocked()), Some(true), "{} blocked during retention", u.username);
-    assert!(!key_in_secret(w, u).await, "{}'s key is still in the Secret during retention", u.username);
+/// `users` (of one tenant) leave it and come back while their offboardings wait out retention.
+async fn re_added_during_retention(w: &World, users: &[&User], fig: &mut Figures) {
+    let mut before = vec![];
+    for u in users {
+        let data = w.path("home").join(&u.username).join("results.csv");
+        std::fs::write(&data, DATA).unwrap();
+        std::os::unix::fs::chown(&data, Some(u.uid()), Some(u.uid())).unwrap();
+        before.push(assoc_of(u).expect("an association after onboarding"));
+        set_groups(w, u, &[]).await;
+    }
+    // removed from the group, as Authentik's webhook tells it
+    let group = tenant_group(w, users[0]);
+    let pks: Vec<i64> = users.iter().map(|u| u.pk).collect();
+    let group_pk = onramp_fakes::authentik::group_uuid(&group);
+    send(w, &webhook::group_members_removed(&group_pk, &group, &pks)).await;
+    let mut offs = vec![];
+    for u in users {
+        let waiting = |j: &Job| j.state == "waiting" && j.step == "retention";
+        offs.push(wait_job(w, "user.offboard", u, "the offboarding to wait out retention", waiting).await);
+        // it really offboarded so far: blocked, key gone
+        assert_eq!(assoc_of(u).map(|a| a.blocked()), Some(true), "{} blocked during retention", u.username);
+        assert!(!key_in_secret(w, u).await, "{}'s key is still in the Secret during retention", u.username);
+    }
 
-    // re-added (active again, back in the group) before the retention ends
-    w.authentik.add_users(&[u.fake()]).await.unwrap();
-    send(w, &webhook::group_members_added(&onramp_fakes::authentik::group_uuid(&group), &group, &[u.pk])).await;
-    let cancelled = eventually(T, "the offboarding to be cancelled", || async {
-        let j = job(w, off.id).await;
-        (j.state != "waiting").then_some(j)
-    })
-    .await;
-    assert_eq!(cancelled.state, "cancelled", "{cancelled:?}");
-    let why = cancel_reason(w, off.id).await;
-    assert!(why.contains("active member again"), "the cancellation says why: {why:?}");
-    let restore = wait_job(w, "user.onboard", u, "the restoring onboarding", |j| {
-        j.id > off.id && matches!(j.state.as_str(), "succeeded" | "failed")
-    })
-    .await;
-    assert_eq!(restore.state, "succeeded", "{restore:?}");
+    // re-added (active again, back in their groups) before the retention ends
+    let fakes: Vec<_> = users.iter().map(|u| u.fake()).collect();
+    w.authentik.add_users(&fakes).await.unwrap();
+    send(w, &webhook::group_members_added(&group_pk, &group, &pks)).await;
+    let (mut deletes, mut snapshots) = (0, 0);
+    let calls = || std::fs::read_to_string(w.path("storage/calls.jsonl")).unwrap_or_default();
+    for ((u, off), before) in users.iter().zip(&offs).zip(&before) {
+        let cancelled = eventually(T, "the offboarding to be cancelled", || async {
+            let j = job(w, off.id).await;
+            (j.state != "waiting").then_some(j)
+        })
+        .await;
+        assert_eq!(cancelled.state, "cancelled", "{cancelled:?}");
+        let why = cancel_reason(w, off.id).await;
+        assert!(why.contains("active member again"), "the cancellation says why: {why:?}");
+        let restore = wait_job(w, "user.onboard", u, "the restoring onboarding", |j| {
+            j.id > off.id && matches!(j.state.as_str(), "succeeded" | "failed")
+        })
+        .await;
+        assert_eq!(restore.state, "succeeded", "{restore:?}");
 
-    let after = assoc_of(u).expect("the association is back");
-    assert_eq!(after, before, "{}'s association unblocked with the tenant's limits", u.username);
-    assert!(key_in_secret(w, u).await, "{}'s key is back in the Secret", u.username);
-    assert_eq!(std::fs::read_to_string(&data).unwrap(), "epoch,loss\n1,0.5\n", "{} intact", data.display());
-    let ran = steps_run(w, off.id).await;
-    assert!(ran.iter().all(|s| !["snapshot_home", "archive", "delete"].contains(&s.as_str())), "{ran:?}");
-    let deletes = deletes_of(w, u).await;
-    assert_eq!(deletes, 0, "deletes attempted for the re-added {}", u.username);
-    let snapshots = std::fs::read_to_string(w.path("storage/calls.jsonl")).unwrap_or_default();
-    let snapshots = snapshots.lines().filter(|l| l.contains("snapshot") && l.contains(&u.username)).count();
-    assert_eq!(snapshots, 0, "snapshots of the re-added {}", u.username);
-    fig.add("readded_restored", "1/1");
-    fig.add("readded_deletes_attempted", deletes + snapshots);
+        assert_eq!(assoc_of(u).as_ref(), Some(before), "{}'s association unblocked with its limits", u.username);
+        assert!(key_in_secret(w, u).await, "{}'s key is back in the Secret", u.username);
+        let data = w.path("home").join(&u.username).join("results.csv");
+        assert_eq!(std::fs::read_to_string(&data).unwrap(), DATA, "{} intact", data.display());
+        let ran = steps_run(w, off.id).await;
+        assert!(ran.iter().all(|s| !["snapshot_home", "archive", "delete"].contains(&s.as_str())), "{ran:?}");
+        deletes += deletes_of(w, u).await;
+        snapshots += calls().lines().filter(|l| l.contains("snapshot") && l.contains(&u.username)).count();
+    }
+    assert_eq!((deletes, snapshots), (0, 0), "deletes and snapshots of the re-added users");
+    fig.add("readded_restored", format!("{0}/{0}", users.len()));
+    fig.add("readded_deletes_attempted", deletes);
 }
 
 // ---- gate 1: the archive
 
-async fn archive_gate(w: &World, control: &User, emptied: &User, removed: &User, fig: &mut Figures) {
+/// `control`'s export first comes out empty; `emptied`'s is emptied and `removed`'s deleted, and
+/// `unsnapped`'s snapshot deleted, by hand between the archive step and the delete step.
+async fn archive_gate(w: &World, four: [&User; 4], fig: &mut Figures) {
+    let [control, emptied, removed, unsnapped] = four;
     // the control's first export writes into /dev/null: it comes out empty
     let tmp = w.path("archive").join(format!("{}.tmp", export_name(control)));
     std::os::unix::fs::symlink("/dev/null", &tmp).unwrap();
-    let three = [control, emptied, removed];
     // an operator's offboarding: out of the group in Authentik, then the API
-    for u in three {
+    for u in four {
         set_groups(w, u, &[]).await;
         let body = json!({"kind": "user.offboard", "tenant": u.tenant, "account": u.account,
                           "username": u.username, "hard_cutoff": false});
@@ -137,8 +154,10 @@ async fn archive_gate(w: &World, control: &User, emptied: &User, removed: &User,
         assert_eq!(r.status().as_u16(), 202, "POST /v1/jobs {body}: {}", r.text().await.unwrap_or_default());
     }
     let mut jobs = vec![];
-    for u in three {
-        jobs.push(wait_job(w, "user.offboard", u, "the offboarding to wait out retention", |j| j.step == "retention").await);
+    for u in four {
+        jobs.push(
+            wait_job(w, "user.offboard", u, "the offboarding to wait out retention", |j| j.step == "retention").await,
+        );
     }
     // Authentik is down from now until the test says: the delete steps (the next to ask it)
     // retry, which opens the window between the archive step and the delete step
@@ -157,20 +176,21 @@ async fn archive_gate(w: &World, control: &User, emptied: &User, removed: &User,
         })
         .await;
     }
-    let exports: Vec<Value> = {
-        let mut v = vec![];
-        for j in &jobs {
-            v.push(job(w, j.id).await.outputs["archive"]["export"].clone());
-        }
-        v
-    };
-    for (u, x) in three.iter().zip(&exports) {
+    let mut outputs = vec![];
+    for j in &jobs {
+        outputs.push(job(w, j.id).await.outputs);
+    }
+    let exports: Vec<&Value> = outputs.iter().map(|o| &o["archive"]["export"]).collect();
+    for (u, x) in four.iter().zip(&exports) {
         assert!(x["rows"].as_u64().unwrap_or(0) >= 1, "{}'s export holds their records: {x}", u.username);
     }
     let path = |i: usize| exports[i]["path"].as_str().unwrap().to_string();
     // by hand, between the archive step and the delete step
     std::fs::write(path(1), b"").unwrap();
     std::fs::remove_file(path(2)).unwrap();
+    let snapshot = outputs[3]["snapshot_home"]["snapshot"].as_str().unwrap().to_string();
+    let unsnapped_file = snapshot_file(w, &snapshot).unwrap_or_else(|| panic!("no snapshot {snapshot} at the storage"));
+    std::fs::remove_file(&unsnapped_file).unwrap();
     w.authentik.clear_faults().await.unwrap();
 
     let end: Vec<Job> = {
@@ -201,8 +221,12 @@ async fn archive_gate(w: &World, control: &User, emptied: &User, removed: &User,
     assert!(deletes_of(w, control).await >= 1, "the test sees a delete when there is one");
 
     // the tampered ones: refused, naming the archive; nothing deleted
-    let want = [format!("the archive {} changed after the archive step", path(1)), format!("the archive {} is missing", path(2))];
-    for ((j, u), want) in end[1..].iter().zip([emptied, removed]).zip(want) {
+    let want = [
+        format!("the archive {} changed after the archive step", path(1)),
+        format!("the archive {} is missing", path(2)),
+        format!("the snapshot {snapshot} of {}'s $HOME was gone at the delete step", unsnapped.username),
+    ];
+    for ((j, u), want) in end[1..].iter().zip([emptied, removed, unsnapped]).zip(want) {
         assert_eq!((j.state.as_str(), j.step.as_str()), ("failed", "delete"), "{j:?}");
         let e = j.last_error.clone().unwrap_or_default();
         assert!(e.contains(&want) && e.contains("nothing was deleted"), "{}: {e}", u.username);
@@ -210,9 +234,11 @@ async fn archive_gate(w: &World, control: &User, emptied: &User, removed: &User,
         assert_eq!(deletes_of(w, u).await, 0, "deletes attempted for {}", u.username);
     }
     assert!(end[1].last_error.as_deref().unwrap_or_default().contains("and 0 rows now"), "{:?}", end[1]);
-    fig.add("archive_refused", "2/2");
+    // the snapshot deleted by hand was taken again (for the person who retries the job)
+    assert!(snapshot_file(w, &snapshot).is_some(), "{snapshot} taken again");
+    fig.add("archive_or_snapshot_refused", "3/3");
     fig.add("archive_deletes_attempted", 0);
-    fig.add("archive_associations_intact", "2/2");
+    fig.add("archive_associations_intact", "3/3");
     fig.add("empty_export_retried", retried.len());
 }
 
@@ -239,7 +265,8 @@ async fn brake_gate(w: &World, users: &[User], fig: &mut Figures) {
     assert_eq!(pass.state, "succeeded", "{pass:?}");
     // the pass enqueues; what it enqueued has settled once no reconcile job is left to run
     eventually(T, "the reconcile jobs to settle", || async {
-        let open = count(w, "select count(*) from jobs where kind like 'reconcile.%' and state in ('pending', 'running')");
+        let open =
+            count(w, "select count(*) from jobs where kind like 'reconcile.%' and state in ('pending', 'running')");
         (open.await == 0).then_some(())
     })
     .await;
@@ -266,12 +293,13 @@ async fn brake_gate(w: &World, users: &[User], fig: &mut Figures) {
 
 /// How many offboardings the pass (and the tenant passes it started) held.
 async fn pass_held(w: &World, full_id: i64) -> usize {
-    let outs: Vec<Value> =
-        sqlx::query_scalar("select outputs from jobs where kind like 'reconcile.%' and id >= $1 and kind <> 'reconcile.hold'")
-            .bind(full_id)
-            .fetch_all(&w.db.pool)
-            .await
-            .unwrap();
+    let outs: Vec<Value> = sqlx::query_scalar(
+        "select outputs from jobs where kind like 'reconcile.%' and id >= $1 and kind <> 'reconcile.hold'",
+    )
+    .bind(full_id)
+    .fetch_all(&w.db.pool)
+    .await
+    .unwrap();
     let mut held = BTreeSet::new();
     for o in outs {
         for t in o["reconcile"]["tenants"].as_array().into_iter().flatten() {
@@ -322,16 +350,21 @@ async fn wait_job(w: &World, kind: &str, u: &User, what: &str, ok: impl Fn(&Job)
 }
 
 async fn steps_run(w: &World, id: i64) -> Vec<String> {
-    sqlx::query_scalar("select distinct step from step_runs where job_id = $1").bind(id).fetch_all(&w.db.pool).await.unwrap()
+    sqlx::query_scalar("select distinct step from step_runs where job_id = $1")
+        .bind(id)
+        .fetch_all(&w.db.pool)
+        .await
+        .unwrap()
 }
 
 /// What the cancellation recorded as its reason (the job event's detail or the job's error).
 async fn cancel_reason(w: &World, id: i64) -> String {
-    let events: Vec<Value> = sqlx::query_scalar("select to_jsonb(e) from job_events e where job_id = $1 and to_state = 'cancelled'")
-        .bind(id)
-        .fetch_all(&w.db.pool)
-        .await
-        .unwrap();
+    let events: Vec<Value> =
+        sqlx::query_scalar("select to_jsonb(e) from job_events e where job_id = $1 and to_state = 'cancelled'")
+            .bind(id)
+            .fetch_all(&w.db.pool)
+            .await
+            .unwrap();
     format!("{events:?} {:?}", job(w, id).await.last_error)
 }
 
@@ -358,84 +391,4 @@ async fn set_groups(w: &World, u: &User, groups: &[&str]) {
 
 fn tenant_group(w: &World, u: &User) -> String {
     w.tenants.iter().find(|t| t.name == u.tenant).unwrap().group.clone()
-}
-
-fn export_name(u: &User) -> String {
-    let d = time::OffsetDateTime::now_utc().date();
-    format!("offboard-{}-{}-{}-{:04}{:02}{:02}.sacct", u.tenant, u.account, u.username, d.year(), u8::from(d.month()), d.day())
-}
-
-async fn key_in_secret(w: &World, u: &User) -> bool {
-    let n = cluster::tenant_k8s(u.tenant);
-    let url = format!("/api/v1/namespaces/{}/secrets/{}", n.namespace, n.key_secret);
-    let secret = w.k8s.get(&url).await.unwrap().unwrap_or_default();
-    secret["data"].get(&u.username).is_some()
-}
-
-/// Deletes of the user attempted on the cluster, as the fake Kubernetes API saw them run (the
-/// `sacctmgr` in the slurmctld pod, an `rm` of their home in a login pod).
-async fn deletes_of(w: &World, u: &User) -> usize {
-    let home = w.path("home").join(&u.username).display().to_string();
-    let name = format!("name={}", u.username);
-    let execs = w.k8s.execs().await.unwrap();
-    execs
-        .iter()
-        .filter(|e| {
-            let a = &e.argv;
-            let sacctmgr = a[0] == "sacctmgr" && a.iter().any(|x| x == "delete") && a.iter().any(|x| *x == name);
-            let rm = a[0] == "rm" && a.iter().any(|x| *x == home || x.starts_with(&format!("{home}/")));
-            sacctmgr || rm
-        })
-        .count()
-}
-
-/// A user's association as `sacctmgr show assoc` prints it, with the limits a block sets.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Row {
-    account: String,
-    user: String,
-    max_jobs: String,
-    grp_jobs: String,
-    max_submit: String,
-    qos: String,
-}
-
-impl Row {
-    fn blocked(&self) -> bool {
-        self.max_jobs == "0" && self.grp_jobs == "0"
-    }
-}
-
-fn rows(accounts: &[&str]) -> Vec<Row> {
-    let o = std::process::Command::new("sacctmgr")
-        .args(["-n", "-P", "show", "assoc", &format!("account={}", accounts.join(","))])
-        .args(["cluster=production", "format=account,user,maxjobs,grpjobs,maxsubmit,qos"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "sacctmgr show assoc: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| l.split('|').map(str::to_string).collect::<Vec<_>>())
-        .filter(|f| f.len() >= 6 && !f[1].is_empty())
-        .map(|f| Row {
-            account: f[0].clone(),
-            user: f[1].clone(),
-            max_jobs: f[2].clone(),
-            grp_jobs: f[3].clone(),
-            max_submit: f[4].clone(),
-            qos: f[5].clone(),
-        })
-        .collect()
-}
-
-fn assoc_of(u: &User) -> Option<Row> {
-    let mut r = rows(&[&u.account]).into_iter().filter(|r| r.user == u.username).collect::<Vec<_>>();
-    assert!(r.len() <= 1, "{}: {r:?}", u.username);
-    r.pop()
-}
-
-fn all_assocs(w: &World) -> BTreeSet<Row> {
-    let mut accounts: Vec<&str> = w.tenants.iter().map(|t| t.account.as_str()).collect();
-    accounts.extend(w.tenants.iter().filter_map(|t| t.team.as_ref().map(|(a, _)| a.as_str())));
-    rows(&accounts).into_iter().collect()
 }
