@@ -154,6 +154,11 @@ impl AuthentikControl {
         self.c.post("/faults", &answers).await
     }
 
+    /// Drops the answers `fail_next` queued that were not given yet.
+    pub async fn clear_faults(&self) -> Result<()> {
+        self.c.send(self.c.http.delete(format!("{}/faults", self.c.base))).await.map(drop)
+    }
+
     pub async fn requests(&self) -> Result<Vec<String>> {
         self.c.get("/requests", &[]).await
     }

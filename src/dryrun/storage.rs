@@ -1,8 +1,10 @@
 //! The simulated filesystem CLI: every quota and snapshot command succeeds, and a quota set is
 //! what the list commands report afterwards (`weka fs quota list … -J`, `lfs quota`), so the
-//! flows' read-backs see their own quotas as a healthy filesystem would show them.
+//! flows' read-backs see their own quotas as a healthy filesystem would show them. A snapshot
+//! taken again under its name answers "already exists", as the real CLIs do (the offboardings'
+//! delete steps check their snapshot that way).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,6 +17,16 @@ use crate::backends::storage::Size;
 #[derive(Default)]
 pub struct SimStorageCli {
     quotas: Mutex<BTreeMap<String, (u64, u64)>>,
+    /// The snapshot commands that ran, as argv.
+    snapshots: Mutex<BTreeSet<Vec<String>>>,
+}
+
+/// A snapshot create: Weka's, Lustre's, or (a command template) one naming an offboarding's
+/// snapshot, `offboard-…` (the only snapshots onramp takes).
+fn is_snapshot(argv: &[String]) -> bool {
+    let a: Vec<&str> = argv.iter().map(String::as_str).collect();
+    matches!(a.as_slice(), [_, "fs", "snapshot", "create", ..] | [_, "snapshot_create", ..])
+        || a.iter().any(|x| x.contains("offboard-"))
 }
 
 fn ok(stdout: String) -> RunFuture<'static> {
@@ -59,6 +71,32 @@ impl SimStorageCli {
 
 impl Transport for SimStorageCli {
     fn run<'a>(&'a self, cmd: &'a Command, _: Duration) -> RunFuture<'a> {
+        if is_snapshot(cmd.argv()) && !self.snapshots.lock().expect("sim storage").insert(cmd.argv().to_vec()) {
+            let stderr = "error: Snapshot already exists".to_string();
+            return Box::pin(async move { Ok(Output { code: 1, stderr, ..Default::default() }) });
+        }
         ok(self.answer(cmd.argv()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_snapshot_taken_again_already_exists_and_quotas_set_again_succeed() {
+        let sim = SimStorageCli::default();
+        async fn run(sim: &SimStorageCli, argv: &[&str]) -> Output {
+            let cmd = Command::new(argv[0]).args(argv[1..].iter().copied());
+            sim.run(&cmd, Duration::from_secs(1)).await.unwrap()
+        }
+        let snap = ["weka", "fs", "snapshot", "create", "home", "offboard-alice-20261201"];
+        assert_eq!(run(&sim, &snap).await.code, 0);
+        let again = run(&sim, &snap).await;
+        assert_eq!((again.code, again.stderr.contains("already exists")), (1, true));
+        let other = ["lctl", "snapshot_create", "-F", "home", "-n", "offboard-alice-20261201"];
+        assert_eq!(run(&sim, &other).await.code, 0);
+        let quota = ["weka", "fs", "quota", "set", "/home/alice", "--hard", "10GB", "--soft", "9GB"];
+        assert_eq!((run(&sim, &quota).await.code, run(&sim, &quota).await.code), (0, 0));
     }
 }

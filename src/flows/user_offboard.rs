@@ -4,8 +4,8 @@
 //! drain (or a hard cutoff, approved or asked for), disable in Authentik and remove the key,
 //! notify, keep everything for the retention period (a durable timer), snapshot `$HOME` and
 //! archive accounting (the user's records in the account exported with sacct, see
-//! [`super::archive`]), and only after both, with the export re-read as written: delete the
-//! association, and the user record with the last one. A user who is an active member again by
+//! [`super::archive`]), and only after both, with the export re-read as written and the snapshot
+//! still there: delete the association, and the user record with the last one. A user who is an active member again by
 //! then is restored (unblocked) instead of deleted.
 
 use std::sync::Arc;
@@ -188,12 +188,7 @@ impl UserOffboard {
                     return Ok(Transition::Fail("refused: the retention step has not ended".into()));
                 };
                 let name = SnapshotName::parse(&r.snapshot).map_err(|e| Transition::Fail(e.to_string()))?;
-                // the registry's path when the tenant is still in it, else the settings' template
-                let home = match b.tenants.tenant(n.tenant.as_str()) {
-                    Some(t) => super::verify::home_place(t, &n.user),
-                    None => Dir::Home(n.user.clone()).into(),
-                };
-                let s = b.storage.snapshot(&home, &name).await.step("snapshot $HOME")?;
+                let s = b.storage.snapshot(&home_of(b, &n), &name).await.step("snapshot $HOME")?;
                 let out = HomeSnapshot { snapshot: name.as_str().to_string(), existed: s == Snapshot::Exists };
                 Ok(Transition::done(&out))
             }
@@ -286,6 +281,7 @@ async fn delete(b: &Backends, n: &Names, scope: &JobScope, ctx: &StepCtx) -> Ste
         Err(e) => return Err(e.transition("re-check the user in Authentik")),
     }
     let intact = archive::require_archive_intact(b, ctx, Step::Archive.name(), scope).await?;
+    require_snapshot(b, n, ctx).await?;
     let d = b.slurm.delete_user_association(&n.user, &n.account).await.step("delete the Slurm association")?;
     let after = b.slurm.user(&n.user).await.step("read the user back")?;
     if after.as_ref().is_some_and(|s| s.assocs.iter().any(|a| a.account == n.account.as_str())) {
@@ -309,6 +305,36 @@ async fn delete(b: &Backends, n: &Names, scope: &JobScope, ctx: &StepCtx) -> Ste
     };
     Ok(Transition::Done(json!({ "deleted": true, "removed": removed, "user_record": record,
                                "user_record_kept_by": kept_by, "archive": intact })))
+}
+
+/// The snapshot this job's `snapshot_home` step took must still be there. Filesystems answer a
+/// snapshot taken again under its name with "already exists", which is the check (their CLIs have
+/// no common read-only one). One that was gone (deleted by hand) has just been taken again from
+/// `$HOME` as it is now (this flow deletes nothing of the home); the delete waits for a person,
+/// who looks at it and retries the job.
+async fn require_snapshot(b: &Backends, n: &Names, ctx: &StepCtx) -> Result<(), Transition> {
+    let Some(s) = ctx.output_of::<HomeSnapshot>(Step::SnapshotHome.name()) else {
+        return Err(Transition::Fail("refused: this job's snapshot step recorded no snapshot".into()));
+    };
+    let name = SnapshotName::parse(&s.snapshot).map_err(|e| Transition::Fail(e.to_string()))?;
+    match b.storage.snapshot(&home_of(b, n), &name).await.step("check the snapshot of $HOME")? {
+        Snapshot::Exists => Ok(()),
+        Snapshot::Created => Err(Transition::Fail(format!(
+            "refused: the snapshot {} of {}'s $HOME was gone at the delete step (deleted by hand?); nothing was \
+             deleted. It was taken again now from $HOME as it is; check it, then retry the job to delete",
+            name.as_str(),
+            n.user
+        ))),
+    }
+}
+
+/// Where the user's `$HOME` is: the registry's path when the tenant is still in it, else the
+/// settings' template.
+fn home_of(b: &Backends, n: &Names) -> crate::backends::storage::Place {
+    match b.tenants.tenant(n.tenant.as_str()) {
+        Some(t) => super::verify::home_place(t, &n.user),
+        None => Dir::Home(n.user.clone()).into(),
+    }
 }
 
 /// The order the runbook insists on: a delete only after this job's snapshot and archive succeeded.

@@ -8,6 +8,7 @@
 //! | `GET /_fake/groups` / `POST /_fake/groups` | the group names / adds the names in the body |
 //! | `DELETE /_fake/groups/{name}` | removes a group (members keep the name, as a stale membership) |
 //! | `POST /_fake/faults` | `[{status, retry_after?}]`: the next API requests get these answers first |
+//! | `DELETE /_fake/faults` | drops the answers not given yet (an outage that ends) |
 //! | `GET /_fake/requests` | every API request it saw, one line each |
 
 use std::collections::BTreeMap;
@@ -26,7 +27,7 @@ pub(super) fn router() -> Router<Fake> {
         .route("/users/{pk}", delete(delete_user))
         .route("/groups", get(groups).post(add_groups))
         .route("/groups/{name}", delete(delete_group))
-        .route("/faults", axum::routing::post(faults))
+        .route("/faults", axum::routing::post(faults).delete(clear_faults))
         .route("/requests", get(requests))
 }
 
@@ -82,6 +83,11 @@ async fn faults(State(f): State<Fake>, Json(list): Json<Vec<FailNext>>) -> Statu
         return StatusCode::UNPROCESSABLE_ENTITY;
     }
     f.lock().unwrap().fail_next.extend(list.into_iter().map(|x| (x.status, x.retry_after)));
+    StatusCode::NO_CONTENT
+}
+
+async fn clear_faults(State(f): State<Fake>) -> StatusCode {
+    f.lock().unwrap().fail_next.clear();
     StatusCode::NO_CONTENT
 }
 

@@ -12,6 +12,8 @@ mod chaos;
 mod crash;
 mod postgres;
 
+mod gates;
+
 use std::fmt::Write as _;
 use std::time::Instant;
 
