@@ -5,8 +5,8 @@
 //! notify, keep everything for the retention period (a durable timer), snapshot `$HOME` and
 //! archive accounting (the user's records in the account exported with sacct, see
 //! [`super::archive`]), and only after both, with the export re-read as written and the snapshot
-//! still there: delete the association, and the user record with the last one. A user who is an active member again by
-//! then is restored (unblocked) instead of deleted.
+//! still there: delete the association, and the user record with the last one. A user who is an
+//! active member again by then is restored (unblocked) instead of deleted.
 
 use std::sync::Arc;
 

@@ -10,9 +10,8 @@
 
 mod chaos;
 mod crash;
-mod postgres;
-
 mod gates;
+mod postgres;
 
 use std::fmt::Write as _;
 use std::time::Instant;
