@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 use crate::authentik::FakeUser;
 use crate::authentik::control::FailNext;
+use crate::chaos::{ChaosReport, ChaosSpec};
 use crate::k8s::control::{FaultSpec, Request};
-use crate::k8s::{Exec, Projection};
+use crate::k8s::{Access, Exec, Projection};
 
 /// A control request that failed: transport, or an answer other than 2xx.
 #[derive(Debug)]
@@ -54,6 +55,18 @@ impl Control {
 
     async fn post(&self, path: &str, body: &impl Serialize) -> Result<()> {
         self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await.map(drop)
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.send(self.http.delete(format!("{}{path}", self.base))).await.map(drop)
+    }
+
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        match spec {
+            Some(s) => self.post("/chaos", s).await,
+            None => self.delete("/chaos").await,
+        }
     }
 }
 
@@ -106,6 +119,26 @@ impl K8sControl {
         self.c.post("/faults", f).await
     }
 
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    pub async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        self.c.chaos(spec).await
+    }
+
+    /// The faults the chaos injected since it was set.
+    pub async fn chaos_report(&self) -> Result<ChaosReport> {
+        self.c.get("/chaos", &[]).await
+    }
+
+    /// RBAC refuses `access` from now on.
+    pub async fn forbid(&self, access: &Access) -> Result<()> {
+        self.c.post("/forbid", access).await
+    }
+
+    /// Deletes namespace `ns` and everything in it.
+    pub async fn delete_namespace(&self, ns: &str) -> Result<()> {
+        self.c.delete(&format!("/namespaces/{ns}")).await
+    }
+
     pub async fn requests(&self) -> Result<Vec<Request>> {
         self.c.get("/requests", &[]).await
     }
@@ -152,6 +185,16 @@ impl AuthentikControl {
     /// The next API requests get these answers before the real one.
     pub async fn fail_next(&self, answers: &[FailNext]) -> Result<()> {
         self.c.post("/faults", &answers).await
+    }
+
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    pub async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        self.c.chaos(spec).await
+    }
+
+    /// The faults the chaos injected since it was set.
+    pub async fn chaos_report(&self) -> Result<ChaosReport> {
+        self.c.get("/chaos", &[]).await
     }
 
     pub async fn requests(&self) -> Result<Vec<String>> {
