@@ -148,24 +148,33 @@ fn classify(retry: bool, msg: String) -> Transition {
     if retry { Transition::Retry(msg) } else { Transition::Fail(msg) }
 }
 
+/// As [`classify`], and a retry the far side said when to make (a 429's Retry-After) is not
+/// made sooner.
+fn classify_after(retry: bool, after: Option<Duration>, msg: String) -> Transition {
+    match after {
+        Some(after) if retry => Transition::RetryNotBefore(msg, after),
+        _ => classify(retry, msg),
+    }
+}
+
 impl IntoTransition for SlurmError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for K8sError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for LoginError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for StorageError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for crate::engine::EngineError {
