@@ -38,6 +38,8 @@ pub struct Timings {
     pub retention: Duration,
     /// The first retry delay of a failed step (doubling up to two minutes).
     pub retry_initial: Duration,
+    /// Attempts of a step before its job fails and waits for a person.
+    pub retry_attempts: u32,
 }
 
 impl Default for Timings {
@@ -53,6 +55,7 @@ impl Default for Timings {
             cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 24 * 3600),
             retry_initial: Duration::from_secs(2),
+            retry_attempts: 8,
         }
     }
 }
