@@ -10,6 +10,8 @@
 
 #![allow(dead_code)] // TEMPORARY: until the scenarios land
 
+mod faults;
+
 use std::fmt::Write as _;
 use std::time::Instant;
 
