@@ -69,6 +69,7 @@ async fn backend_faults_onboarding_converges_and_permanent_errors_fail_fast() {
     let k8s_kinds = vec![ChaosKind::ServerError, ChaosKind::TooManyRequests, ChaosKind::Timeout, ChaosKind::DropExec];
     w.k8s.chaos(Some(&chaos(2, k8s_kinds, 2500))).await.unwrap();
     sacct.rate(RATE);
+    sacct.after_once();
 
     burst(&w, &users).await;
     w.wait_jobs("user.onboard", users.len(), Duration::from_secs(if full() { 900 } else { 300 })).await;
@@ -95,7 +96,7 @@ async fn backend_faults_onboarding_converges_and_permanent_errors_fail_fast() {
         assert!(r.injected.values().sum::<u64>() > 0, "no fault injected at {name}: {r:?}");
     }
     assert!(k8s.injected.get("429").copied().unwrap_or(0) > 0, "no 429 at the Kubernetes API: {:?}", k8s.injected);
-    assert!(slurm.get("before").copied().unwrap_or(0) + slurm.get("after").copied().unwrap_or(0) > 0, "{slurm:?}");
+    assert!(slurm.get("before").copied().unwrap_or(0) > 0 && slurm.get("after").copied().unwrap_or(0) > 0, "{slurm:?}");
 
     let runs = attempts(&w).await;
     policy_held(&mut fig, &runs);
@@ -281,6 +282,7 @@ impl SacctmgrChaos {
             ("SACCTMGR_CHAOS_SEED", "3".into()),
             ("SACCTMGR_CHAOS_RATE_FILE", self.path("rate")),
             ("SACCTMGR_CHAOS_LOG", self.path("calls.jsonl")),
+            ("SACCTMGR_CHAOS_AFTER_ONCE", self.path("after-once")),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -289,6 +291,11 @@ impl SacctmgrChaos {
 
     fn rate(&self, rate: f64) {
         std::fs::write(self.path("rate"), rate.to_string()).unwrap();
+    }
+
+    /// The next write exits 1 after its change was committed, whatever the draw.
+    fn after_once(&self) {
+        std::fs::write(self.path("after-once"), "").unwrap();
     }
 
     /// Calls by fault (`before`, `after`; `none` for the calls that ran as asked).
