@@ -218,14 +218,9 @@ impl FakeK8s {
     /// 404 `namespaces "<ns>" not found`, as on a real API server.
     pub fn delete_namespace(&self, ns: &str) {
         let mut g = self.lock();
-        let inside: Vec<String> = g
-            .objects
-            .keys()
-            .filter(|k| {
-                k.starts_with(&format!("/api/v1/namespaces/{ns}/")) || k.contains(&format!("/namespaces/{ns}/"))
-            })
-            .cloned()
-            .collect();
+        // its objects of every API group, and the Namespace object itself if there is one
+        let (inside, itself) = (format!("/namespaces/{ns}/"), format!("/api/v1/namespaces/{ns}"));
+        let inside: Vec<String> = g.objects.keys().filter(|k| k.contains(&inside) || **k == itself).cloned().collect();
         for k in inside {
             g.store(&k, None);
         }
