@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 use crate::authentik::FakeUser;
 use crate::authentik::control::FailNext;
+use crate::chaos::{ChaosReport, ChaosSpec};
 use crate::k8s::control::{FaultSpec, Request};
-use crate::k8s::{Exec, Projection};
+use crate::k8s::{Access, Exec, Projection};
 
 /// A control request that failed: transport, or an answer other than 2xx.
 #[derive(Debug)]
@@ -54,6 +55,18 @@ impl Control {
 
     async fn post(&self, path: &str, body: &impl Serialize) -> Result<()> {
         self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await.map(drop)
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.send(self.http.delete(format!("{}{path}", self.base))).await.map(drop)
+    }
+
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        match spec {
+            Some(s) => self.post("/chaos", s).await,
+            None => self.delete("/chaos").await,
+        }
     }
 }
 
@@ -104,6 +117,26 @@ impl K8sControl {
 
     pub async fn fault(&self, f: &FaultSpec) -> Result<()> {
         self.c.post("/faults", f).await
+    }
+
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    pub async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        self.c.chaos(spec).await
+    }
+
+    /// The faults the chaos injected since it was set.
+    pub async fn chaos_report(&self) -> Result<ChaosReport> {
+        self.c.get("/chaos", &[]).await
+    }
+
+    /// RBAC refuses `access` from now on.
+    pub async fn forbid(&self, access: &Access) -> Result<()> {
+        self.c.post("/forbid", access).await
+    }
+
+    /// Deletes namespace `ns` and everything in it.
+    pub async fn delete_namespace(&self, ns: &str) -> Result<()> {
+        self.c.delete(&format!("/namespaces/{ns}")).await
     }
 
     pub async fn requests(&self) -> Result<Vec<Request>> {
@@ -157,6 +190,16 @@ impl AuthentikControl {
     /// Drops the answers `fail_next` queued that were not given yet.
     pub async fn clear_faults(&self) -> Result<()> {
         self.c.send(self.c.http.delete(format!("{}/faults", self.c.base))).await.map(drop)
+    }
+
+    /// `Some(spec)`: fail a share of the API requests from now on; `None`: stop.
+    pub async fn chaos(&self, spec: Option<&ChaosSpec>) -> Result<()> {
+        self.c.chaos(spec).await
+    }
+
+    /// The faults the chaos injected since it was set.
+    pub async fn chaos_report(&self) -> Result<ChaosReport> {
+        self.c.get("/chaos", &[]).await
     }
 
     pub async fn requests(&self) -> Result<Vec<String>> {

@@ -5,8 +5,10 @@
 //! Each runs in a test's process (`FakeK8s::start()`, `authentik::fake_authentik()`) or as a
 //! standalone server (`onramp-fakes k8s|authentik --listen ADDR`, which prints its URL on the
 //! first line of stdout). A test in another process drives and checks a standalone fake through
-//! its control API under `/_fake/` ([`client`] wraps it).
+//! its control API under `/_fake/` ([`client`] wraps it). Both can fail a share of their API
+//! requests at random ([`chaos`]).
 
 pub mod authentik;
+pub mod chaos;
 pub mod client;
 pub mod k8s;

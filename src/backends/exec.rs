@@ -86,6 +86,24 @@ pub enum TransportError {
     /// The transport cannot work as configured (forbidden, no such pod); a person must act.
     #[error("transport: {0}")]
     Permanent(String),
+    /// The far side is rate limiting (a 429) and said when to come back: worth retrying then.
+    #[error("transport: {why}")]
+    Busy { why: String, retry_after: Duration },
+}
+
+impl TransportError {
+    /// Worth running the command again later without a person acting.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient(_) | Self::Timeout { .. } | Self::Busy { .. })
+    }
+
+    /// How long the far side asked to wait before the next try, when it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Busy { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
 }
 
 pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<Output, TransportError>> + Send + 'a>>;

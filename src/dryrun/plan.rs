@@ -88,6 +88,7 @@ fn then(t: &Transition) -> String {
         }
         Transition::NeedsApproval(why) => format!("needs approval: {why}"),
         Transition::Retry(why) => format!("retry: {why}"),
+        Transition::RetryNotBefore(why, after) => format!("retry, not before {}: {why}", human(*after)),
         Transition::Fail(why) => format!("fail: {why}"),
     }
 }

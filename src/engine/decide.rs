@@ -58,10 +58,18 @@ pub(crate) fn decide(s: &Situation<'_>, t: Transition) -> StepWrite {
             }
             w
         }
-        Transition::Retry(e) if s.policy.exhausted(used) => fail(w, format!("gave up after {used} attempts: {e}")),
+        Transition::Retry(e) | Transition::RetryNotBefore(e, _) if s.policy.exhausted(used) => {
+            fail(w, format!("gave up after {used} attempts: {e}"))
+        }
         Transition::Retry(e) => {
             w.outcome = StepOutcome::Retry;
             w.delay = s.policy.delay(used, s.jitter);
+            w.error = Some(e);
+            w
+        }
+        Transition::RetryNotBefore(e, after) => {
+            w.outcome = StepOutcome::Retry;
+            w.delay = s.policy.delay(used, s.jitter).max(after.min(s.policy.max_delay));
             w.error = Some(e);
             w
         }
@@ -161,6 +169,29 @@ mod tests {
         let c = claimed(0, 5, 3);
         let w = decide(&sit(&c), Transition::Retry("boom".into()));
         assert_eq!(w.new_state, JobState::Pending);
+    }
+
+    #[test]
+    fn a_retry_the_server_asked_to_delay_waits_at_least_that_within_the_cap() {
+        let c = claimed(0, 1, 0);
+        let late = Transition::RetryNotBefore("429".into(), Duration::from_secs(30));
+        let w = decide(&sit(&c), late);
+        assert_eq!(
+            (w.outcome, w.delay, w.error.as_deref()),
+            (StepOutcome::Retry, Duration::from_secs(30), Some("429"))
+        );
+        // sooner than the backoff: the backoff
+        let w = decide(&sit(&c), Transition::RetryNotBefore("429".into(), Duration::from_millis(10)));
+        assert_eq!(w.delay, Duration::from_secs(2));
+        let capped = RetryPolicy { max_delay: Duration::from_secs(5), ..sit(&c).policy };
+        let w = decide(
+            &Situation { policy: capped, ..sit(&c) },
+            Transition::RetryNotBefore("x".into(), Duration::from_secs(99)),
+        );
+        assert_eq!(w.delay, Duration::from_secs(5));
+        let c = claimed(0, 3, 0);
+        let w = decide(&sit(&c), Transition::RetryNotBefore("429".into(), Duration::from_secs(1)));
+        assert_eq!(w.new_state, JobState::Failed);
     }
 
     #[test]

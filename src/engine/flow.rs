@@ -21,6 +21,10 @@ pub enum Transition {
     Done(Value),
     /// A transient failure: run the step again after the policy's backoff.
     Retry(String),
+    /// A transient failure whose server said when to come back (a 429's Retry-After): run the
+    /// step again after the policy's backoff, but not sooner than this (capped by the policy's
+    /// longest delay).
+    RetryNotBefore(String, Duration),
     /// Run the step again after this long (a durable timer). On that run `StepCtx::waited` is true.
     Wait(Duration),
     /// Run the step again every `every` until it returns something else; once `for_at_most` has

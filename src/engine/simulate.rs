@@ -33,7 +33,7 @@ pub async fn simulate(
                 }
                 Transition::Fail(why) => return Err(format!("step {step}: {why}")),
                 _ if runs >= MAX_RUNS => return Err(format!("step {step} did not finish in {MAX_RUNS} runs")),
-                Transition::Retry(_) => ctx.attempt += 1,
+                Transition::Retry(_) | Transition::RetryNotBefore(..) => ctx.attempt += 1,
                 Transition::Wait(_) => ctx.waited = true,
                 Transition::Poll { .. } => {
                     ctx.waited = true;

@@ -38,6 +38,8 @@ pub struct Timings {
     pub retention: Duration,
     /// The first retry delay of a failed step (doubling up to two minutes).
     pub retry_initial: Duration,
+    /// Attempts of a step before its job fails and waits for a person.
+    pub retry_attempts: u32,
 }
 
 impl Default for Timings {
@@ -53,6 +55,7 @@ impl Default for Timings {
             cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 24 * 3600),
             retry_initial: Duration::from_secs(2),
+            retry_attempts: 8,
         }
     }
 }
@@ -148,24 +151,33 @@ fn classify(retry: bool, msg: String) -> Transition {
     if retry { Transition::Retry(msg) } else { Transition::Fail(msg) }
 }
 
+/// As [`classify`], and a retry the far side said when to make (a 429's Retry-After) is not
+/// made sooner.
+fn classify_after(retry: bool, after: Option<Duration>, msg: String) -> Transition {
+    match after {
+        Some(after) if retry => Transition::RetryNotBefore(msg, after),
+        _ => classify(retry, msg),
+    }
+}
+
 impl IntoTransition for SlurmError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for K8sError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for LoginError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for StorageError {
     fn transition(self, what: &str) -> Transition {
-        classify(self.is_retryable(), format!("{what}: {self}"))
+        classify_after(self.is_retryable(), self.retry_after(), format!("{what}: {self}"))
     }
 }
 impl IntoTransition for crate::engine::EngineError {

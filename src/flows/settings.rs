@@ -19,6 +19,10 @@ pub struct FlowSettings {
     pub retention: Duration,
     /// Where `sacctmgr archive dump` writes, on the slurmctld host.
     pub archive_dir: String,
+    /// Attempts of a step before its job fails (notifications: their own, smaller budget).
+    pub retry_attempts: u32,
+    /// Delay before a failed step's first retry (doubling up to two minutes).
+    pub retry_initial: Duration,
 }
 
 impl Default for FlowSettings {
@@ -31,6 +35,8 @@ impl Default for FlowSettings {
             cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 86400),
             archive_dir: "/var/spool/slurm/archive".into(),
+            retry_attempts: 8,
+            retry_initial: Duration::from_secs(2),
         }
     }
 }
@@ -44,6 +50,8 @@ impl FlowSettings {
             drain_deadline: self.drain_deadline,
             cleanup_deadline: self.cleanup_deadline,
             retention: self.retention,
+            retry_initial: self.retry_initial,
+            retry_attempts: self.retry_attempts,
             ..Timings::default()
         }
     }

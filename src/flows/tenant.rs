@@ -100,7 +100,7 @@ impl Flow for TenantOnboard {
         ONBOARD_STEPS
     }
     fn policy(&self, _: usize) -> RetryPolicy {
-        self.0.policy(8)
+        self.0.policy(self.0.timings.retry_attempts)
     }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {
         Box::pin(async move { finish(self.step(OnboardStep::ALL[step], ctx).await) })
@@ -223,7 +223,7 @@ impl Flow for TenantOffboard {
         OFFBOARD_STEPS
     }
     fn policy(&self, _: usize) -> RetryPolicy {
-        self.0.policy(8)
+        self.0.policy(self.0.timings.retry_attempts)
     }
     /// Starting it and a hard cutoff each need a second person.
     fn four_eyes(&self, step: usize) -> bool {

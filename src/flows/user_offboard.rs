@@ -108,7 +108,7 @@ impl Flow for UserOffboard {
         match Step::ALL[step] {
             // A notification gives up after fewer tries; its failure never undoes the flow.
             Step::Notify => self.0.policy(4),
-            _ => self.0.policy(8),
+            _ => self.0.policy(self.0.timings.retry_attempts),
         }
     }
     /// The drain's approval is a hard cutoff: a second person gives it.

@@ -118,7 +118,7 @@ impl Flow for UserOnboard {
         match Step::ALL[step] {
             // A notification gives up after fewer tries; its failure never undoes the flow.
             Step::Notify => self.0.policy(4),
-            _ => self.0.policy(8),
+            _ => self.0.policy(self.0.timings.retry_attempts),
         }
     }
     fn run<'a>(&'a self, step: usize, ctx: &'a StepCtx) -> StepFuture<'a> {

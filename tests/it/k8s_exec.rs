@@ -80,8 +80,11 @@ async fn exec_faults_are_typed() {
 
     fake.fault(Method::GET, "/exec", Fault::Status(500, None));
     assert!(matches!(ctld.run(&cmd, T).await.unwrap_err(), TransportError::Transient(_)));
+    // a 429 keeps its Retry-After, for the engine to wait that long before the next attempt
     fake.fault(Method::GET, "/deployments/slurmctld", Fault::Status(429, Some(2)));
-    assert!(matches!(ctld.run(&cmd, T).await.unwrap_err(), TransportError::Transient(_)));
+    let e = ctld.run(&cmd, T).await.unwrap_err();
+    assert!(matches!(&e, TransportError::Busy { retry_after, .. } if *retry_after == Duration::from_secs(2)), "{e:?}");
+    assert!(e.is_transient());
 
     fake.fault(Method::GET, "/exec", Fault::Status(403, None));
     let e = ctld.run(&cmd, T).await.unwrap_err();

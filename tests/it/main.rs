@@ -13,6 +13,7 @@ mod doctor;
 mod engine_flows;
 mod engine_mechanics;
 mod engine_processes;
+mod fakes_chaos;
 mod flows_archive;
 mod flows_plan;
 mod flows_support;

@@ -9,7 +9,10 @@
 //! | `DELETE /_fake/groups/{name}` | removes a group (members keep the name, as a stale membership) |
 //! | `POST /_fake/faults` | `[{status, retry_after?}]`: the next API requests get these answers first |
 //! | `DELETE /_fake/faults` | drops the answers not given yet (an outage that ends) |
-//! | `GET /_fake/requests` | every API request it saw, one line each |
+//! | `POST /_fake/chaos` | `{rate, seed?, kinds, paths?, retry_after?, delay_ms?}`: from now on each API request (whose path with query contains one of `paths`, if given) fails with probability `rate`, of a kind drawn from `kinds`: `"5xx"`, `"429"` (with `Retry-After`), `"timeout"` (answers `delay_ms` late) |
+//! | `GET /_fake/chaos` | `{spec, matched, injected: {kind: count}, events: [{at_ms, method, path, kind, status?}]}` |
+//! | `DELETE /_fake/chaos` | no more chaos (the counts start again) |
+//! | `GET /_fake/requests` | every API request it saw, one line each (not those the chaos failed) |
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::{Fake, FakeUser};
+use crate::chaos::{ChaosReport, ChaosSpec};
 
 pub(super) fn router() -> Router<Fake> {
     Router::new()
@@ -29,6 +33,7 @@ pub(super) fn router() -> Router<Fake> {
         .route("/groups/{name}", delete(delete_group))
         .route("/faults", axum::routing::post(faults).delete(clear_faults))
         .route("/requests", get(requests))
+        .route("/chaos", get(chaos_report).post(chaos).delete(no_chaos))
 }
 
 async fn users(State(f): State<Fake>) -> Json<Vec<FakeUser>> {
@@ -93,4 +98,21 @@ async fn clear_faults(State(f): State<Fake>) -> StatusCode {
 
 async fn requests(State(f): State<Fake>) -> Json<Vec<String>> {
     Json(f.lock().unwrap().requests.clone())
+}
+
+async fn chaos(State(f): State<Fake>, Json(spec): Json<ChaosSpec>) -> (StatusCode, String) {
+    if let Err(e) = spec.check() {
+        return (StatusCode::UNPROCESSABLE_ENTITY, e);
+    }
+    f.lock().unwrap().chaos.set(Some(spec));
+    (StatusCode::NO_CONTENT, String::new())
+}
+
+async fn chaos_report(State(f): State<Fake>) -> Json<ChaosReport> {
+    Json(f.lock().unwrap().chaos.report())
+}
+
+async fn no_chaos(State(f): State<Fake>) -> StatusCode {
+    f.lock().unwrap().chaos.set(None);
+    StatusCode::NO_CONTENT
 }

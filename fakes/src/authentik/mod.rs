@@ -1,6 +1,7 @@
 //! A fake Authentik API speaking its wire format (`/api/v3/core/users/`, `/users/{pk}/` with
 //! PATCH, `/groups/`, paginated as Authentik paginates, Bearer token checked), with injected
-//! failures (status and Retry-After) and a log of the requests it saw. A test in another process
+//! failures (status and Retry-After; one-shot, or at a rate: [`crate::chaos`]) and a log of the
+//! requests it saw. A test in another process
 //! drives it through `/_fake/…` (see [`control`]).
 
 pub mod control;
@@ -16,6 +17,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+use crate::chaos::Decision;
 
 /// The API token of the in-process fake ([`fake_authentik`]).
 pub const TOKEN: &str = "ak-test-token";
@@ -56,6 +59,8 @@ pub struct FakeState {
     pub requests: Vec<String>,
     /// The API token it accepts (`Authorization: Bearer <token>`).
     pub token: String,
+    /// Rate-based faults (see [`crate::chaos`]).
+    pub chaos: crate::chaos::Chaos,
 }
 
 /// The `pk` Authentik gives a group (a UUID), derived from its name.
@@ -177,6 +182,27 @@ async fn groups(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<St
     Json(page(list, &q)).into_response()
 }
 
+/// The chaos's fault for an API request, if it draws one: an error answer (Authentik's 5xx
+/// page, a 429 with Retry-After), or the real answer late.
+async fn chaos(State(f): State<Fake>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path_and_query().map_or(req.uri().path().to_string(), |p| p.to_string());
+    let decision = f.lock().unwrap().chaos.decide(req.method().as_str(), &path, false);
+    match decision {
+        Some(Decision::Status { code, retry_after }) => {
+            let mut r = (StatusCode::from_u16(code).unwrap(), "injected fault").into_response();
+            if let Some(s) = retry_after {
+                r.headers_mut().insert("retry-after", s.to_string().parse().unwrap());
+            }
+            r
+        }
+        Some(Decision::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            next.run(req).await
+        }
+        Some(Decision::DropExec) | None => next.run(req).await,
+    }
+}
+
 /// Starts the fake Authentik in this process with the test token and the groups of the
 /// integration tests' registry; returns its state and base URL.
 pub async fn fake_authentik() -> (Fake, String) {
@@ -193,6 +219,8 @@ pub fn serve(listener: TcpListener, token: &str) -> (Fake, String) {
         .route("/api/v3/core/users/", get(users))
         .route("/api/v3/core/users/{pk}/", get(user).patch(patch_user))
         .route("/api/v3/core/groups/", get(groups))
+        // only the API routes above: the control API never fails
+        .route_layer(axum::middleware::from_fn_with_state(fake.clone(), chaos))
         .nest("/_fake", control::router())
         .with_state(fake.clone());
     let addr = listener.local_addr().unwrap();

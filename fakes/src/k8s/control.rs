@@ -11,13 +11,18 @@
 //! | `POST /_fake/projections` | `{namespace, secret, dir}`: project the Secret into dir, as kubelet |
 //! | `POST /_fake/operator` | `{stuck, gc_delay_ms}`: how a deleted object's dependents are collected |
 //! | `POST /_fake/faults` | `{method, path, status?, retry_after?, delay_ms?, drop_exec?}`: the next matching request fails so |
+//! | `POST /_fake/chaos` | `{rate, seed?, kinds, paths?, retry_after?, delay_ms?}`: from now on each API request (whose path with query contains one of `paths`, if given) fails with probability `rate`, of a kind drawn from `kinds`: `"5xx"`, `"429"` (with `Retry-After`), `"timeout"` (answers `delay_ms` late), `"drop_exec"` (exec only) |
+//! | `GET /_fake/chaos` | `{spec, matched, injected: {kind: count}, events: [{at_ms, method, path, kind, status?}]}` |
+//! | `DELETE /_fake/chaos` | no more chaos (the counts start again) |
+//! | `POST /_fake/forbid` | `{verb, resource, namespace?}`: RBAC refuses it from now on (403 naming the permission) |
+//! | `DELETE /_fake/namespaces/{ns}` | deletes the namespace and its objects; creating in it answers 404 `namespaces "ns" not found` |
 //! | `GET /_fake/requests` | every API request: `[{method, path, verb, resource, namespace}]` |
 //! | `GET /_fake/execs` | every exec that ended: `[{namespace, pod, argv, code}]` |
 //! | `GET /_fake/patches` | every PATCH: `[{content_type, path, body}]` |
 
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Access, FakeK8s, Fault, Projection, Shared};
+use crate::chaos::{ChaosReport, ChaosSpec};
 
 pub(super) fn router() -> Router<Shared> {
     Router::new()
@@ -36,6 +42,9 @@ pub(super) fn router() -> Router<Shared> {
         .route("/projections", post(projections))
         .route("/operator", post(operator))
         .route("/faults", post(faults))
+        .route("/chaos", get(chaos_report).post(chaos).delete(no_chaos))
+        .route("/forbid", post(forbid))
+        .route("/namespaces/{ns}", axum::routing::delete(delete_namespace))
         .route("/requests", get(requests))
         .route("/execs", get(execs))
         .route("/patches", get(patches))
@@ -176,4 +185,31 @@ async fn patches(State(s): State<Shared>) -> Json<Value> {
         .map(|(ct, path, body)| json!({"content_type": ct, "path": path, "body": body}))
         .collect();
     Json(json!(p))
+}
+
+async fn chaos(State(s): State<Shared>, Json(spec): Json<ChaosSpec>) -> Response {
+    if let Err(e) = spec.check() {
+        return (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": e}))).into_response();
+    }
+    fake(s).chaos(Some(spec));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn chaos_report(State(s): State<Shared>) -> Json<ChaosReport> {
+    Json(fake(s).chaos_report())
+}
+
+async fn no_chaos(State(s): State<Shared>) -> StatusCode {
+    fake(s).chaos(None);
+    StatusCode::NO_CONTENT
+}
+
+async fn forbid(State(s): State<Shared>, Json(a): Json<Access>) -> StatusCode {
+    fake(s).forbid(a);
+    StatusCode::NO_CONTENT
+}
+
+async fn delete_namespace(State(s): State<Shared>, Path(ns): Path<String>) -> StatusCode {
+    fake(s).delete_namespace(&ns);
+    StatusCode::NO_CONTENT
 }

@@ -19,7 +19,7 @@ use axum::response::Response;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::rest::{apply_fault, query_pairs, status, take_fault};
+use super::rest::{apply_fault, forbidden, query_pairs, status, take_fault};
 use super::{Access, Exec, Fault, Inner};
 
 pub(super) async fn exec(
@@ -31,6 +31,10 @@ pub(super) async fn exec(
     for verb in ["get", "create"] {
         let access = Access { verb: verb.into(), resource: "pods/exec".into(), namespace: Some(ns.clone()) };
         inner.lock().unwrap().log.push((Method::GET, uri.to_string(), access));
+    }
+    let create = Access { verb: "create".into(), resource: "pods/exec".into(), namespace: Some(ns.clone()) };
+    if let Some(r) = forbidden(&inner, &create, Some(&pod)) {
+        return r;
     }
     // Faults match the path with its query, so a test can aim at one command (`command=mv`).
     let fault = take_fault(&inner, &Method::GET, &uri.to_string());

@@ -1,7 +1,8 @@
 //! A fake Kubernetes API server that the real `kube` client talks to over HTTP: objects kept as
 //! JSON by URL, GET/list (label selectors), server-side apply, merge patch, DELETE, `Status`
 //! bodies for errors, and exec over WebSocket (v4/v5) running the argv as a local process and
-//! streaming its real output and exit code. Faults can be injected per request; every request is
+//! streaming its real output and exit code. Faults can be injected per request or at a rate
+//! ([`crate::chaos`]), RBAC can refuse a verb on a resource, a namespace can be missing; every request is
 //! recorded in RBAC terms (verb, resource, namespace) so tests can compare it with deploy/.
 //!
 //! Like kubelet, it can project a Secret into a directory (one file per key), so that a login
@@ -78,6 +79,12 @@ pub(crate) struct Inner {
     projections: Vec<(Projection, BTreeSet<String>)>,
     /// The garbage collector of deleted objects' dependents (see [`operator`]).
     operator: operator::Operator,
+    /// Rate-based faults (see [`crate::chaos`]).
+    chaos: crate::chaos::Chaos,
+    /// Requests RBAC refuses (403), as a Role lacking them would.
+    forbidden: BTreeSet<Access>,
+    /// Namespaces that do not exist (deleted): nothing can be created in them.
+    absent_namespaces: BTreeSet<String>,
 }
 
 pub(crate) type Shared = Arc<Mutex<Inner>>;
@@ -191,6 +198,33 @@ impl FakeK8s {
     /// The next request whose method matches and whose path contains `path` gets `fault`.
     pub fn fault(&self, method: Method, path: &str, fault: Fault) {
         self.lock().faults.push_back((method, path.into(), fault));
+    }
+
+    /// From now on a share of the API requests fail (`None`: none).
+    pub fn chaos(&self, spec: Option<crate::chaos::ChaosSpec>) {
+        self.lock().chaos.set(spec);
+    }
+
+    pub fn chaos_report(&self) -> crate::chaos::ChaosReport {
+        self.lock().chaos.report()
+    }
+
+    /// From now on RBAC refuses `access` (403 naming it, as the real API server words it).
+    pub fn forbid(&self, access: Access) {
+        self.lock().forbidden.insert(access);
+    }
+
+    /// Deletes namespace `ns` with everything in it; creating anything there then fails with
+    /// 404 `namespaces "<ns>" not found`, as on a real API server.
+    pub fn delete_namespace(&self, ns: &str) {
+        let mut g = self.lock();
+        // its objects of every API group, and the Namespace object itself if there is one
+        let (inside, itself) = (format!("/namespaces/{ns}/"), format!("/api/v1/namespaces/{ns}"));
+        let inside: Vec<String> = g.objects.keys().filter(|k| k.contains(&inside) || **k == itself).cloned().collect();
+        for k in inside {
+            g.store(&k, None);
+        }
+        g.absent_namespaces.insert(ns.to_string());
     }
 
     /// Which exec subprotocols the server accepts, in its order of preference.

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{Access, Fault, Inner};
+use crate::chaos::Decision;
 
 pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -105,10 +106,39 @@ fn selected(obj: &Value, selector: &str) -> bool {
     })
 }
 
+/// The request's fault: a one-shot one aimed at it, else maybe one of the chaos.
 pub(super) fn take_fault(inner: &Mutex<Inner>, method: &Method, path: &str) -> Option<Fault> {
     let mut g = inner.lock().unwrap();
-    let i = g.faults.iter().position(|(m, p, _)| m == method && path.contains(p.as_str()))?;
-    g.faults.remove(i).map(|(_, _, f)| f)
+    if let Some(i) = g.faults.iter().position(|(m, p, _)| m == method && path.contains(p.as_str())) {
+        return g.faults.remove(i).map(|(_, _, f)| f);
+    }
+    let exec = path.split('?').next().is_some_and(|p| p.ends_with("/exec"));
+    Some(match g.chaos.decide(method.as_str(), path, exec)? {
+        Decision::Status { code, retry_after } => Fault::Status(code, retry_after),
+        Decision::Delay(d) => Fault::Delay(d),
+        Decision::DropExec => Fault::DropExec,
+    })
+}
+
+/// RBAC's refusal of `access`, worded as the real API server words it.
+pub(super) fn forbidden(inner: &Mutex<Inner>, access: &Access, name: Option<&str>) -> Option<Response> {
+    if !inner.lock().unwrap().forbidden.contains(access) {
+        return None;
+    }
+    let (resource, group) = access.resource.split_once('.').unwrap_or((access.resource.as_str(), ""));
+    let what = match name {
+        Some(n) => format!("{} \"{n}\" is forbidden", access.resource),
+        None => format!("{} is forbidden", access.resource),
+    };
+    let scope = match &access.namespace {
+        Some(ns) => format!(" in the namespace \"{ns}\""),
+        None => " at the cluster scope".into(),
+    };
+    let message = format!(
+        "{what}: User \"system:serviceaccount:onramp:onramp\" cannot {} resource \"{resource}\" in API group \"{group}\"{scope}",
+        access.verb
+    );
+    Some(status(403, "Forbidden", &message))
 }
 
 pub(super) async fn apply_fault(f: Option<Fault>) -> Option<Response> {
@@ -153,9 +183,17 @@ pub(super) async fn rest(
         _ => "unknown",
     };
     let access = Access { verb: verb.into(), resource: t.access.0.clone(), namespace: t.access.1.clone() };
-    inner.lock().unwrap().log.push((method.clone(), uri.to_string(), access));
+    inner.lock().unwrap().log.push((method.clone(), uri.to_string(), access.clone()));
     if let Some(r) = apply_fault(take_fault(&inner, &method, &path)).await {
         return r;
+    }
+    if let Some(r) = forbidden(&inner, &access, t.named.then(|| path.rsplit('/').next().unwrap_or(""))) {
+        return r;
+    }
+    let absent = t.access.1.as_ref().filter(|ns| inner.lock().unwrap().absent_namespaces.contains(*ns)).cloned();
+    let creates = verb == "create" || (verb == "patch" && !inner.lock().unwrap().objects.contains_key(&t.key));
+    if let Some(ns) = absent.filter(|_| creates) {
+        return status(404, "NotFound", &format!("namespaces \"{ns}\" not found"));
     }
     let q = query_pairs(&uri);
     let mut g = inner.lock().unwrap();

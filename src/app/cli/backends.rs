@@ -163,6 +163,12 @@ pub struct FlowArgs {
     /// Where `sacctmgr archive dump` writes, on the slurmctld host.
     #[arg(long, env = "ONRAMP_ARCHIVE_DIR", default_value = "/var/spool/slurm/archive")]
     pub archive_dir: String,
+    /// Attempts of a user or tenant flow's step before its job fails and waits for a person.
+    #[arg(long, env = "ONRAMP_RETRY_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub retry_attempts: u32,
+    /// Delay before a failed step's first retry; it doubles per attempt, up to two minutes.
+    #[arg(long, env = "ONRAMP_RETRY_INITIAL", default_value = "2s", value_parser = parse_duration)]
+    pub retry_initial: Duration,
 }
 
 impl From<K8sArgs> for crate::backends::kubernetes::K8sSettings {
@@ -230,6 +236,8 @@ impl From<FlowArgs> for crate::flows::settings::FlowSettings {
             cleanup_deadline: a.cleanup_deadline,
             retention: a.retention,
             archive_dir: a.archive_dir,
+            retry_attempts: a.retry_attempts,
+            retry_initial: a.retry_initial,
         }
     }
 }

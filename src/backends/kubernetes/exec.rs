@@ -168,7 +168,11 @@ impl Transport for PodExec {
             match tokio::time::timeout(timeout, self.exec(cmd)).await {
                 Err(_) => Err(TransportError::Timeout { program: cmd.argv()[0].clone(), after: timeout }),
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) if e.is_retryable() => Err(TransportError::Transient(e.to_string())),
+                Ok(Err(e)) if e.is_retryable() => Err(match e.retry_after() {
+                    // the API server's Retry-After travels with the error, for the engine to honour
+                    Some(retry_after) => TransportError::Busy { why: e.to_string(), retry_after },
+                    None => TransportError::Transient(e.to_string()),
+                }),
                 Ok(Err(e)) => Err(TransportError::Permanent(e.to_string())),
             }
         })

@@ -56,6 +56,7 @@ impl SlurmCli {
         let names: Vec<SlurmAccount> = specs.iter().map(|s| s.name.clone()).collect();
         let current = self.read_accounts(&names).await?;
         let mut done = Ensured::default();
+        let mut unsure = None;
         for spec in &specs {
             let parent = spec.parent.as_ref().map_or("root", |p| p.as_str());
             let cur = current.get(spec.name.as_str());
@@ -69,12 +70,13 @@ impl SlurmCli {
             if cur.is_none() {
                 let mut all = sets;
                 all.push(("Parent", parent.to_string()));
-                match self.write(&command::add_account(&self.cluster, &spec.name, &all)).await? {
-                    Outcome::Done => done.created.push(spec.name.to_string()),
+                match self.write_read_back(&command::add_account(&self.cluster, &spec.name, &all), &mut unsure).await? {
+                    // the reply was lost: the read-back below tells whether it was added
+                    Some(Outcome::Done) | None => done.created.push(spec.name.to_string()),
                     _ => return Err(self.changed_meanwhile(&spec.name)),
                 }
             } else if !sets.is_empty() {
-                self.write(&command::modify_account(&self.cluster, &spec.name, &sets)).await?;
+                self.write_read_back(&command::modify_account(&self.cluster, &spec.name, &sets), &mut unsure).await?;
                 done.changed.extend(names_of(&spec.name, &sets));
             }
         }
@@ -84,12 +86,13 @@ impl SlurmCli {
         let back = self.read_accounts(&names).await?;
         for spec in &specs {
             let left = account_sets(spec, back.get(spec.name.as_str()));
-            if !left.is_empty() {
-                return Err(SlurmError::NotConverged {
+            let absent = !back.contains_key(spec.name.as_str());
+            if !left.is_empty() || absent {
+                return Err(unsure.unwrap_or(SlurmError::NotConverged {
                     what: format!("account {}", spec.name),
                     want: format!("{:?}", left),
                     got: format!("{:?}", back.get(spec.name.as_str())),
-                });
+                }));
             }
         }
         Ok(done)

@@ -89,6 +89,27 @@ impl SlurmCli {
         o
     }
 
+    /// A write whose effect the caller reads back. An exit that says it failed for a reason
+    /// sacctmgr does not name ([`SlurmError::Failed`]) is not final: the change may have been
+    /// committed with the reply lost on its way back (sacctmgr then exits 1 after slurmdbd
+    /// applied it). Such a failure goes to `unsure` and the answer is `None`; the caller's
+    /// read-back decides, and returns that error only if the state did not converge. Trusting the
+    /// exit code would fail a job whose change holds, or make a retry that doubles it.
+    pub(super) async fn write_read_back(
+        &self,
+        cmd: &Command,
+        unsure: &mut Option<SlurmError>,
+    ) -> Result<Option<Outcome>, SlurmError> {
+        match self.write(cmd).await {
+            Err(e @ SlurmError::Failed { .. }) => {
+                tracing::warn!(%cmd, error = %e, "slurm write exited with an error; reading back whether it took effect");
+                unsure.get_or_insert(e);
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
+    }
+
     /// An account scope is the account and every account below it: jobs are charged to the
     /// team accounts, and squeue/scancel `--account=tenant` would not see them.
     pub(super) async fn accounts_of(&self, scope: &JobScope) -> Result<Vec<SlurmAccount>, SlurmError> {

@@ -54,13 +54,19 @@ impl SlurmError {
     /// request that will fail the same way until a person acts.
     pub fn is_retryable(&self) -> bool {
         match self {
-            SlurmError::Transport { source, .. } => {
-                matches!(source, TransportError::Timeout { .. } | TransportError::Transient(_))
-            }
+            SlurmError::Transport { source, .. } => source.is_transient(),
             // Jobs end (or slurmdbd learns that they ended) without anyone acting on onramp's side.
             SlurmError::Unreachable { .. } | SlurmError::NotConverged { .. } | SlurmError::JobsActive { .. } => true,
             SlurmError::Batch { retryable, .. } => *retryable,
             _ => false,
+        }
+    }
+
+    /// How long the far side asked to wait before the next try (a 429 on the way to Slurm).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            SlurmError::Transport { source, .. } => source.retry_after(),
+            _ => None,
         }
     }
 

@@ -93,6 +93,7 @@ impl SlurmCli {
         let assoc_of = |s: &UserState| s.assocs.iter().find(|a| a.account == account.as_str()).cloned();
         let current = self.read_users(&users).await?;
         let mut done = Ensured::default();
+        let mut unsure = None;
 
         let missing: Vec<Username> =
             users.iter().filter(|u| current.get(u.as_str()).and_then(assoc_of).is_none()).cloned().collect();
@@ -101,7 +102,8 @@ impl SlurmCli {
             if default_account {
                 sets.push(("DefaultAccount", account.to_string()));
             }
-            if self.write(&command::add_users(&self.cluster, &missing, account, &sets)).await? == Outcome::Done {
+            let cmd = command::add_users(&self.cluster, &missing, account, &sets);
+            if self.write_read_back(&cmd, &mut unsure).await? == Some(Outcome::Done) {
                 done.created.extend(missing.iter().map(|u| u.to_string()));
             }
         }
@@ -116,7 +118,7 @@ impl SlurmCli {
             }
         }
         for (sets, who) in &by_change {
-            self.write(&command::modify_users(&self.cluster, who, Some(account), sets)).await?;
+            self.write_read_back(&command::modify_users(&self.cluster, who, Some(account), sets), &mut unsure).await?;
             done.changed.extend(who.iter().flat_map(|u| sets.iter().map(move |(k, _)| format!("{u}: {k}"))));
         }
         if default_account {
@@ -126,11 +128,12 @@ impl SlurmCli {
                 .cloned()
                 .collect();
             if !switch.is_empty() {
-                self.write(&command::set_default_account(&self.cluster, &switch, account)).await?;
+                self.write_read_back(&command::set_default_account(&self.cluster, &switch, account), &mut unsure)
+                    .await?;
                 done.changed.extend(switch.iter().map(|u| format!("{u}: DefaultAccount")));
             }
         }
-        if done.is_noop() && missing.is_empty() {
+        if done.is_noop() && missing.is_empty() && unsure.is_none() {
             return Ok(done);
         }
         let back = self.read_users(&users).await?;
@@ -140,12 +143,16 @@ impl SlurmCli {
             let left = user_sets(limits, a.as_ref());
             let default_ok = !default_account || state.is_some_and(|s| s.default_account == account.as_str());
             if a.is_none() || !left.is_empty() || !default_ok {
-                return Err(SlurmError::NotConverged {
+                return Err(unsure.unwrap_or(SlurmError::NotConverged {
                     what: format!("association of {u} with {account}"),
                     want: format!("{left:?}{}", if default_ok { "" } else { " DefaultAccount" }),
                     got: format!("{state:?}"),
-                });
+                }));
             }
+        }
+        if unsure.is_some() && done.created.is_empty() {
+            // the add's reply was lost, but the read-back shows the associations: it was made
+            done.created.extend(missing.iter().map(|u| u.to_string()));
         }
         Ok(done)
     }
@@ -172,20 +179,21 @@ impl SlurmCli {
             return Ok(Ensured::default());
         }
         let sets: Sets = values.iter().map(|(k, v)| (*k, v.arg())).collect();
+        let mut unsure = None;
         for account in &todo {
-            self.write(&command::modify_users(&self.cluster, one, Some(account), &sets)).await?;
+            self.write_read_back(&command::modify_users(&self.cluster, one, Some(account), &sets), &mut unsure).await?;
         }
         let back = self.read_users(one).await?.remove(user.as_str());
         let assocs: Vec<Association> = back.map(|s| s.assocs).unwrap_or_default().into_iter().filter(ours).collect();
         if let Some(a) = assocs.iter().find(|a| !holds(a, &values)) {
-            return Err(SlurmError::NotConverged {
+            return Err(unsure.unwrap_or(SlurmError::NotConverged {
                 what: format!("{} {user}", if unblock.is_some() { "unblocking" } else { "blocking" }),
                 want: format!("{values:?}"),
                 got: format!(
                     "MaxJobs={} GrpJobs={} MaxSubmitJobs={} on {}",
                     a.max_jobs, a.grp_jobs, a.max_submit_jobs, a.account
                 ),
-            });
+            }));
         }
         Ok(Ensured { created: vec![], changed: todo.iter().map(|a| format!("{a}: job limits")).collect() })
     }
@@ -224,7 +232,8 @@ impl SlurmCli {
                 self.write(&command::set_default_account(&self.cluster, one, &other)).await?;
             }
         }
-        let outcome = self.write(&command::delete_user(&self.cluster, user, account)).await?;
+        let mut unsure = None;
+        let outcome = self.write_read_back(&command::delete_user(&self.cluster, user, account), &mut unsure).await?;
         let back = self.read_users(one).await?.remove(user.as_str());
         let left: Vec<String> = back
             .map(|s| {
@@ -236,14 +245,14 @@ impl SlurmCli {
             })
             .unwrap_or_default();
         if !left.is_empty() {
-            return Err(SlurmError::NotConverged {
+            return Err(unsure.unwrap_or(SlurmError::NotConverged {
                 what: format!("deleting {user}"),
                 want: "gone".into(),
                 got: left.join(","),
-            });
+            }));
         }
         Ok(match outcome {
-            Outcome::NothingDeleted => Deleted::AlreadyGone,
+            Some(Outcome::NothingDeleted) => Deleted::AlreadyGone,
             _ => Deleted::Deleted { removed: targeted.iter().map(|a| format!("{}@{}", a.user, a.account)).collect() },
         })
     }

@@ -94,7 +94,15 @@ pub enum StorageError {
 
 impl StorageError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Transport(TransportError::Transient(_) | TransportError::Timeout { .. }))
+        matches!(self, Self::Transport(t) if t.is_transient())
+    }
+
+    /// How long the far side asked to wait before the next try (a 429 on the exec).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Transport(t) => t.retry_after(),
+            _ => None,
+        }
     }
 }
 

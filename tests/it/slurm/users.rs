@@ -121,3 +121,52 @@ async fn many_users_are_added_in_one_call_and_converged_in_one_more() {
     );
     assert_eq!(counting.count(&["add", "user"]), 1 + 1 + 3);
 }
+
+/// Runs commands here; each write's reply is lost after it ran (exit 1 with an error sacctmgr
+/// does not name), or with `refuse` the write fails so without running.
+struct LostReply {
+    refuse: bool,
+}
+
+impl Transport for LostReply {
+    fn run<'a>(&'a self, cmd: &'a Command, timeout: Duration) -> RunFuture<'a> {
+        Box::pin(async move {
+            let write = cmd.argv().iter().any(|a| a == "-i");
+            if write && self.refuse {
+                return Ok(onramp::backends::exec::Output {
+                    code: 1,
+                    stdout: String::new(),
+                    stderr: " Error: boom\n".into(),
+                });
+            }
+            let mut out = LOCAL.run(cmd, timeout).await?;
+            if write {
+                out.code = 1;
+                out.stderr.push_str(" Error: the reply was lost\n");
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_write_that_exits_1_after_its_change_holds_is_done_and_one_that_did_not_keeps_its_error() {
+    let s = slurm();
+    let (t, a, u, v) = (uniq("t"), uniq("a"), uniq("u"), uniq("v"));
+    let _c = Cleanup { accounts: vec![a.clone(), t.clone()], users: vec![u.clone(), v.clone()] };
+    s.ensure_tenant(&tenant(&t, &[&a])).await.unwrap();
+    let lost = SlurmCli::new(Arc::new(LostReply { refuse: false }), cluster());
+    let spec = UserSpec { user: user(&u), account: acct(&a), default_account: true, limits: user_limits() };
+    assert_eq!(lost.ensure_user(&spec).await.unwrap().created, vec![u.clone()]);
+    assert!(lost.ensure_user(&spec).await.unwrap().is_noop());
+    let assocs = s.associations(&[acct(&a)]).await.unwrap();
+    assert_eq!(assocs.iter().filter(|x| x.user == u).count(), 1, "{assocs:?}");
+
+    let refused = SlurmCli::new(Arc::new(LostReply { refuse: true }), cluster());
+    let spec = UserSpec { user: user(&v), ..spec };
+    let e = refused.ensure_user(&spec).await.unwrap_err();
+    assert!(
+        matches!(&e, SlurmError::Failed { code: 1, detail, .. } if detail.contains("boom")) && !e.is_retryable(),
+        "{e:?}"
+    );
+}

@@ -13,6 +13,8 @@ mod crash;
 mod gates;
 mod postgres;
 
+mod faults;
+
 use std::fmt::Write as _;
 use std::time::Instant;
 
