@@ -10,10 +10,9 @@
 
 mod chaos;
 mod crash;
+mod faults;
 mod gates;
 mod postgres;
-
-mod faults;
 
 use std::fmt::Write as _;
 use std::time::Instant;
