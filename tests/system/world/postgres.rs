@@ -128,18 +128,7 @@ impl Drop for Server {
     }
 }
 
-/// The newest `/usr/lib/postgresql/<version>/bin` with `initdb`.
+/// Where `initdb` and `pg_ctl` are: as `onramp dev` finds them for its own PostgreSQL.
 fn bin_dir() -> PathBuf {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let v: u32 = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("initdb").is_file().then_some((v, bin))
-        })
-        .collect();
-    found.sort();
-    found.pop().map(|(_, b)| b).expect("no /usr/lib/postgresql/*/bin/initdb: install the PostgreSQL server")
+    onramp::app::devpg::find_bin().unwrap_or_else(|e| panic!("{e:#}"))
 }
