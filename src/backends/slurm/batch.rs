@@ -26,11 +26,13 @@ pub struct Batching {
     inner: Arc<dyn Slurm>,
     window: Duration,
     open: Mutex<HashMap<String, Batch>>,
+    /// Held by the batch being written: one at a time per process.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Batching {
     pub fn new(inner: Arc<dyn Slurm>, window: Duration) -> Self {
-        Self { inner, window, open: Mutex::default() }
+        Self { inner, window, open: Mutex::default(), turn: tokio::sync::Mutex::new(()) }
     }
 
     async fn add(
@@ -67,7 +69,10 @@ impl Batching {
         mine(result, users)
     }
 
-    /// Waits the window, closes the batch and makes the one call.
+    /// Waits the window and its turn, closes the batch and makes the one call. Slurm writes go one
+    /// at a time anyway (the write gate), so a batch waiting for its turn behind another stays
+    /// open: the calls that come meanwhile join it instead of queueing as batches of their own
+    /// (which made 1,000 onboardings mostly one-user `add user`s).
     async fn lead(
         &self,
         key: String,
@@ -78,6 +83,7 @@ impl Batching {
         limits: &UserLimits,
     ) -> Result<Ensured, SlurmError> {
         tokio::time::sleep(self.window).await;
+        let _turn = self.turn.lock().await;
         let all = self.open.lock().expect("batches").remove(&key).map(|b| b.users).unwrap_or_default();
         let (r, effects) = crate::effects::collect(self.inner.add_users(account, &all, default_account, limits)).await;
         effects.iter().cloned().for_each(crate::effects::record);
