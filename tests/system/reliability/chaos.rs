@@ -1,6 +1,6 @@
 //! The kills of scenario 1: `kill -9` of a replica at moments of given kinds, each found by
-//! looking at the world (the api's intake progress, running steps in the database, a `sacctmgr
-//! add user a,b,…` in the process table, timers waiting), then the replica started again.
+//! looking at the world (the api's intake progress, running steps in the database, a running
+//! `sacctmgr add user a,b,…` in the trace, timers waiting), then the replica started again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::world::World;
 use crate::world::sender::Progress;
+use crate::world::trace::SacctmgrTrace;
 
 /// A moment to kill at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,13 +39,18 @@ impl Moment {
 }
 
 /// What was killed, by moment.
-#[derive(Default)]
 pub struct Kills {
     pub by_moment: BTreeMap<Moment, usize>,
     next_worker: usize,
+    /// Where the `sacctmgr` calls running now are seen.
+    trace: SacctmgrTrace,
 }
 
 impl Kills {
+    pub fn new(trace: SacctmgrTrace) -> Self {
+        Self { by_moment: BTreeMap::new(), next_worker: 0, trace }
+    }
+
     /// A kill at one of `kinds`, the kind killed least so far first: each is waited for up to
     /// `each` before the next is tried. Returns the moment, or `None` if none came.
     pub async fn least_first(
@@ -105,7 +111,7 @@ impl Kills {
         match m {
             Moment::IntakeApi => arriving.then_some(Target::Api),
             Moment::IntakeWorker => arriving.then(|| self.any_worker(w)),
-            Moment::MidBatch => batch_writer(w),
+            Moment::MidBatch => batch_writer(w, &self.trace),
             Moment::MidStep => running_step(w).await,
             Moment::PropagationTimer => {
                 waiting(w, "user.onboard", "propagation_wait").await.then(|| self.any_worker(w))
@@ -139,33 +145,11 @@ enum Target {
     Worker(usize),
 }
 
-/// The worker whose (traced) `sacctmgr … add user a,b,…` is running now.
-fn batch_writer(w: &World) -> Option<Target> {
-    let ps = std::process::Command::new("ps").args(["-eo", "pid=,ppid=,args="]).output().ok()?;
-    let text = String::from_utf8_lossy(&ps.stdout);
-    let procs: BTreeMap<u32, (u32, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (pid, ppid) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-            Some((pid, (ppid, f.collect::<Vec<_>>().join(" "))))
-        })
-        .collect();
-    let batch = procs.iter().find(|(_, (_, args))| {
-        let words: Vec<&str> = args.split(' ').collect();
-        words.iter().any(|a| a.ends_with("sacctmgr"))
-            && words.windows(2).any(|p| p[0] == "add" && p[1] == "user")
-            && words.iter().skip_while(|a| **a != "user").nth(1).is_some_and(|names| names.contains(','))
-    })?;
-    // up the parents to a worker
-    let mut pid = *batch.0;
-    for _ in 0..4 {
-        pid = procs.get(&pid)?.0;
-        if let Some(i) = w.workers.iter().position(|p| p.pid() == Some(pid)) {
-            return Some(Target::Worker(i));
-        }
-    }
-    None
+/// The worker whose `sacctmgr … add user a,b,…` is running now: in the trace, started by a live
+/// worker and not ended.
+fn batch_writer(w: &World, trace: &SacctmgrTrace) -> Option<Target> {
+    let running = trace.calls().into_iter().filter(|c| c.is_batch() && c.end.is_none()).collect::<Vec<_>>();
+    running.iter().find_map(|c| w.workers.iter().position(|p| p.pid() == Some(c.ppid))).map(Target::Worker)
 }
 
 /// A worker holding the live lease of a running step.

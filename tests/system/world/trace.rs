@@ -14,6 +14,8 @@ pub struct SacctmgrTrace {
 /// One call: its argv, when it started and ended (`None`: never, as far as the trace knows).
 #[derive(Clone, Debug)]
 pub struct Call {
+    /// The process that ran `sacctmgr` (an onramp process).
+    pub ppid: u32,
     pub argv: Vec<String>,
     pub start: f64,
     pub end: Option<f64>,
@@ -21,6 +23,11 @@ pub struct Call {
 }
 
 impl Call {
+    /// `add user a,b,…`: more than one user in one call.
+    pub fn is_batch(&self) -> bool {
+        self.argv.windows(3).any(|a| a[0] == "add" && a[1] == "user" && a[2].contains(','))
+    }
+
     /// A call that changes Slurm (not `show`/`list`).
     pub fn writes(&self) -> bool {
         let verb = self.argv.iter().find(|a| !a.starts_with('-')).map(String::as_str).unwrap_or("");
@@ -55,7 +62,8 @@ impl SacctmgrTrace {
             match v["event"].as_str() {
                 Some("start") => {
                     let argv = v["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
-                    by_pid.insert(pid, Call { argv, start: v["at"].as_f64().unwrap(), end: None, code: None });
+                    let (ppid, start) = (v["ppid"].as_u64().unwrap() as u32, v["at"].as_f64().unwrap());
+                    by_pid.insert(pid, Call { ppid, argv, start, end: None, code: None });
                 }
                 _ => {
                     if let Some(c) = by_pid.get_mut(&pid) {
