@@ -84,7 +84,7 @@ async fn run(scenario: &'static str, mut opts: Options, size: Size) {
         let pace = Duration::from_secs(10) / total as u32;
         tokio::spawn(sender::deliver_all(http, urls, deliveries, 8, pace, Duration::from_secs(120), p))
     };
-    let mut kills = Kills::new(SacctmgrTrace { log: trace.log.clone() });
+    let mut kills = Kills::new(trace.clone());
     for kind in [Moment::IntakeWorker, Moment::IntakeApi] {
         kills.must(&mut w, &[kind], &progress, total).await;
     }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[derive(Clone)]
 pub struct SacctmgrTrace {
     pub log: PathBuf,
 }
