@@ -57,7 +57,8 @@ impl SacctmgrTrace {
     pub fn calls(&self) -> Vec<Call> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut by_pid: BTreeMap<i64, Call> = BTreeMap::new();
-        for line in text.lines() {
+        // only whole lines: the wrapper may be writing the last one now
+        for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
             let v: Value = serde_json::from_str(line).unwrap();
             let pid = v["pid"].as_i64().unwrap();
             match v["event"].as_str() {
