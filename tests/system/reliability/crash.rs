@@ -108,7 +108,10 @@ async fn run(scenario: &'static str, mut opts: Options, size: Size) {
         let m = kills.least_first(&mut w, &[Moment::Retention, Moment::MidStep], &off, 0, each).await;
         assert!(m.is_some(), "no moment to kill at during the offboardings: {:?}", kills.by_moment);
     }
-    let missing: Vec<_> = Moment::ALL.iter().filter(|m| !kills.by_moment.contains_key(m)).collect();
+    // at CI sizes a run has few batches, and a kill may miss them all: then only the long mode
+    // insists (the figures say how many there were)
+    let optional = |m: &Moment| *m == Moment::MidBatch && !full();
+    let missing: Vec<_> = Moment::ALL.iter().filter(|m| !kills.by_moment.contains_key(m) && !optional(m)).collect();
     assert!(missing.is_empty(), "no kill at {missing:?}: {:?}", kills.by_moment);
     w.wait_jobs("user.offboard", leaving.len(), Duration::from_secs(300)).await;
 
