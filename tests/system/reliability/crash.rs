@@ -91,7 +91,14 @@ async fn run(scenario: &'static str, mut opts: Options, size: Size) {
     // then while onboardings run, the kind killed least so far first; what is left when they
     // are all through is killed during the offboardings
     let onboarding = [Moment::MidBatch, Moment::PropagationTimer, Moment::MidStep];
-    while kills.total() < size.kills - size.kills / 3 {
+    let phase = size.kills - size.kills / 3;
+    while kills.total() < phase {
+        if full() {
+            // spread over the onboardings (a long run's Slurm batches come in its middle): the
+            // i-th of n once i/(n+1) of them have succeeded
+            let (i, n) = (kills.total() - 2, phase - 2);
+            w.wait_jobs("user.onboard", users.len() * i / (n + 1), Duration::from_secs(900)).await;
+        }
         let each = Duration::from_secs(5);
         if kills.least_first(&mut w, &onboarding, &progress, total, each).await.is_none() {
             break;
