@@ -121,8 +121,9 @@ async fn slurm_over_ssh_reads_and_writes_what_a_local_read_sees() {
     crate::slurm::cluster_up();
     let sshd = Sshd::start().await;
     let cluster = ClusterName::parse("production").unwrap();
-    let remote = SlurmCli::new(Arc::new(sshd.ssh()), cluster.clone()).with_timeout(T);
-    let local = SlurmCli::new(Arc::new(Local), cluster).with_timeout(T);
+    let gate = crate::slurm::writes();
+    let remote = SlurmCli::new(Arc::new(sshd.ssh()), cluster.clone()).with_timeout(T).with_write_gate(gate.clone());
+    let local = SlurmCli::new(Arc::new(Local), cluster).with_timeout(T).with_write_gate(gate);
     let config = remote.config().await.unwrap();
     assert_eq!(config.get("ClusterName").map(String::as_str), Some("production"));
 

@@ -54,7 +54,7 @@ async fn hostile_names_never_reach_an_argv() {
     }
     // Everything that does reach an argv is one element each, with only expected characters.
     let rec = onramp::dryrun::Recorder::new();
-    let s = SlurmCli::new(Arc::new(rec.clone()), cluster());
+    let s = SlurmCli::new(Arc::new(rec.clone()), cluster()).with_write_gate(writes());
     let spec = tenant("tenant-foo", &["ml-team-foo"]);
     let _ = s.ensure_tenant(&spec).await;
     let u =

@@ -46,7 +46,22 @@ pub fn cluster() -> ClusterName {
 
 pub fn slurm() -> SlurmCli {
     cluster_up();
-    SlurmCli::new(Arc::new(Local), cluster())
+    SlurmCli::new(Arc::new(Local), cluster()).with_write_gate(writes())
+}
+
+/// The Slurm writes of these tests go one at a time, as onramp's replicas' do (slurmdbd 22.05
+/// loses one of two concurrent writes): the tests run in parallel.
+pub fn writes() -> Arc<dyn WriteGate> {
+    static GATE: OnceLock<Arc<dyn WriteGate>> = OnceLock::new();
+    GATE.get_or_init(|| Arc::new(OneAtATime(Arc::new(tokio::sync::Mutex::new(()))))).clone()
+}
+
+struct OneAtATime(Arc<tokio::sync::Mutex<()>>);
+
+impl WriteGate for OneAtATime {
+    fn enter(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<GateGuard, String>> + Send + '_>> {
+        Box::pin(async move { Ok(Box::new(self.0.clone().lock_owned().await) as GateGuard) })
+    }
 }
 
 /// A name no other test (or test run) uses.

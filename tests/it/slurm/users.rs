@@ -79,7 +79,7 @@ impl Transport for Counting {
 async fn many_users_are_added_in_one_call_and_converged_in_one_more() {
     cluster_up();
     let counting = Arc::new(Counting::default());
-    let s = SlurmCli::new(counting.clone(), cluster());
+    let s = SlurmCli::new(counting.clone(), cluster()).with_write_gate(writes());
     let (t, a) = (uniq("t"), uniq("a"));
     let users: Vec<String> = (0..30).map(|i| uniq(&format!("b{i}"))).collect();
     let singles: Vec<String> = (0..3).map(|i| uniq(&format!("s{i}"))).collect();
@@ -155,14 +155,14 @@ async fn a_write_that_exits_1_after_its_change_holds_is_done_and_one_that_did_no
     let (t, a, u, v) = (uniq("t"), uniq("a"), uniq("u"), uniq("v"));
     let _c = Cleanup { accounts: vec![a.clone(), t.clone()], users: vec![u.clone(), v.clone()] };
     s.ensure_tenant(&tenant(&t, &[&a])).await.unwrap();
-    let lost = SlurmCli::new(Arc::new(LostReply { refuse: false }), cluster());
+    let lost = SlurmCli::new(Arc::new(LostReply { refuse: false }), cluster()).with_write_gate(writes());
     let spec = UserSpec { user: user(&u), account: acct(&a), default_account: true, limits: user_limits() };
     assert_eq!(lost.ensure_user(&spec).await.unwrap().created, vec![u.clone()]);
     assert!(lost.ensure_user(&spec).await.unwrap().is_noop());
     let assocs = s.associations(&[acct(&a)]).await.unwrap();
     assert_eq!(assocs.iter().filter(|x| x.user == u).count(), 1, "{assocs:?}");
 
-    let refused = SlurmCli::new(Arc::new(LostReply { refuse: true }), cluster());
+    let refused = SlurmCli::new(Arc::new(LostReply { refuse: true }), cluster()).with_write_gate(writes());
     let spec = UserSpec { user: user(&v), ..spec };
     let e = refused.ensure_user(&spec).await.unwrap_err();
     assert!(
