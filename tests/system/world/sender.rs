@@ -32,7 +32,8 @@ pub struct Progress {
 }
 
 /// Sends every delivery (at most `parallel` at once, the n-th not before n × `pace`) until each
-/// is acknowledged; panics if one is not within `deadline`. Each delivery's id with its outcome, in the order given.
+/// is acknowledged; panics if one is not within `deadline`. Each delivery's id with its outcome,
+/// in the order given.
 pub async fn deliver_all(
     http: reqwest::Client,
     urls: Vec<String>,
@@ -57,13 +58,13 @@ pub async fn deliver_all(
             loop {
                 o.attempts += 1;
                 let url = format!("{}/webhooks/authentik", urls[(n + o.attempts as usize) % urls.len()]);
-                let answer = d.try_send(&http, &url).await.map(|(s, _)| s);
+                let answer = d.try_send(&http, &url).await;
                 match answer {
-                    Ok(s) if s.is_success() => {
-                        o.duplicate = s == reqwest::StatusCode::OK;
+                    Ok((s, body)) if s.is_success() => {
+                        o.duplicate = body["duplicate"] == true;
                         break;
                     }
-                    Ok(s) if s.is_client_error() && s != reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                    Ok((s, _)) if s.is_client_error() && s != reqwest::StatusCode::TOO_MANY_REQUESTS => {
                         panic!("delivery {} was refused for good: {s}", d.id)
                     }
                     _ => {
