@@ -65,20 +65,25 @@ async fn onboarding_with_sacctmgr_on_the_host() {
     assert!(chained >= 1, "no onboarding traced from its webhook's request: {chained} of {}", jobs.len());
 }
 
-/// The users appear in Authentik and the webhook gets a delivery per user ("user created"), one
-/// per tenant group ("members added"), and a second copy of every tenth (a retried delivery).
-pub async fn burst(w: &World, users: &[User]) {
-    w.add_users(users).await;
-    let mut deliveries: Vec<Delivery> =
-        users.iter().map(|u| Delivery::new(&webhook::user_created(u.pk, &u.username))).collect();
+/// A delivery per user ("user created"), one per tenant group ("members added"), and a second
+/// copy of every tenth (a retried delivery).
+pub fn deliveries(w: &World, users: &[User]) -> Vec<Delivery> {
+    let mut d: Vec<Delivery> = users.iter().map(|u| Delivery::new(&webhook::user_created(u.pk, &u.username))).collect();
     for t in &w.tenants {
         let pks: Vec<i64> = users.iter().filter(|u| u.tenant == t.name).map(|u| u.pk).collect();
         let group_pk = onramp_fakes::authentik::group_uuid(&t.group);
-        deliveries.push(Delivery::new(&webhook::group_members_added(&group_pk, &t.group, &pks)));
+        d.push(Delivery::new(&webhook::group_members_added(&group_pk, &t.group, &pks)));
     }
-    let retried: Vec<Delivery> =
-        deliveries.iter().step_by(10).map(|d| Delivery { id: d.id.clone(), ts: d.ts, body: d.body.clone() }).collect();
-    deliveries.extend(retried);
+    let again: Vec<Delivery> =
+        d.iter().step_by(10).map(|x| Delivery { id: x.id.clone(), ts: x.ts, body: x.body.clone() }).collect();
+    d.extend(again);
+    d
+}
+
+/// The users appear in Authentik and the webhook gets [`deliveries`].
+pub async fn burst(w: &World, users: &[User]) {
+    w.add_users(users).await;
+    let deliveries = deliveries(w, users);
 
     let gate = Arc::new(Semaphore::new(16));
     let mut sent = tokio::task::JoinSet::new();

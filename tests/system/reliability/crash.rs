@@ -74,7 +74,7 @@ async fn run(scenario: &'static str, mut opts: Options, size: Size) {
     w.add_users(&users).await;
 
     // onboarding: the deliveries arrive paced over a few seconds, while replicas are killed
-    let deliveries = onboarding_deliveries(&w, &users);
+    let deliveries = onboarding::deliveries(&w, &users);
     let total = deliveries.len();
     let events: BTreeMap<String, String> = deliveries.iter().map(|d| (d.id.clone(), d.event_uuid())).collect();
     let progress = Arc::new(Progress::default());
@@ -131,20 +131,6 @@ async fn run(scenario: &'static str, mut opts: Options, size: Size) {
     figures.add("offboarded", leaving.len());
     figures.print();
     w.stop().await;
-}
-
-/// "User created" for each user and "members added" per tenant group, every tenth twice.
-fn onboarding_deliveries(w: &World, users: &[User]) -> Vec<Delivery> {
-    let mut d: Vec<Delivery> = users.iter().map(|u| Delivery::new(&webhook::user_created(u.pk, &u.username))).collect();
-    for t in &w.tenants {
-        let pks: Vec<i64> = users.iter().filter(|u| u.tenant == t.name).map(|u| u.pk).collect();
-        let group_pk = onramp_fakes::authentik::group_uuid(&t.group);
-        d.push(Delivery::new(&webhook::group_members_added(&group_pk, &t.group, &pks)));
-    }
-    let again: Vec<Delivery> =
-        d.iter().step_by(10).map(|x| Delivery { id: x.id.clone(), ts: x.ts, body: x.body.clone() }).collect();
-    d.extend(again);
-    d
 }
 
 /// The first `n` users of each tenant leave; the rest stay.
