@@ -39,9 +39,16 @@ alive() { local pid; pid=$(cat "$PIDS/$1.pid" 2>/dev/null) && [[ $(cat "/proc/$p
 
 # launch NAME CMD...: start CMD in the foreground mode of the daemon, detached into its own
 # session (so it outlives this shell), and record its PID. setsid execs, so $! is the daemon.
+# Descriptors the caller inherited (e.g. a `flock` around this script) are closed first: a daemon
+# holding one would hold the caller's lock for as long as it runs.
 launch() {
     local name=$1; shift
-    setsid "$@" </dev/null >>"$LOG/$name.out" 2>&1 &
+    (
+        for fd in $(ls "/proc/$BASHPID/fd"); do
+            if (( fd > 2 && fd != 255 )); then eval "exec $fd>&-"; fi
+        done
+        exec setsid "$@" </dev/null >>"$LOG/$name.out" 2>&1
+    ) &
     echo $! >"$PIDS/$name.pid"
     say "started $name (pid $!)"
 }
