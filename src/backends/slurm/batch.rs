@@ -1,9 +1,9 @@
 //! [`Batching`]: many concurrent `add_users` calls for one account become one `add user a,b,c`.
 //! The first call for an (account, limits) waits a short window for others, then makes the one
-//! call for all of them; each caller gets the outcome for its own users. Everything else passes
-//! through. Onboarding jobs due at the same moment run concurrently on a worker, so their
-//! associations are created together (the runbook's batching; `sacctmgr` takes about as long
-//! for 100 users as for one).
+//! call for all of them; each caller gets the outcome for its own users. Association reads are
+//! shared ([`SharedReads`]); everything else passes through. Onboarding jobs due at the same
+//! moment run concurrently on a worker, so their associations are created together (the
+//! runbook's batching; `sacctmgr` takes about as long for 100 users as for one).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::reads::SharedReads;
 use super::*;
 
 /// The batch's result, and the effects (commands) of the one call, which every member's attempt
@@ -28,11 +29,12 @@ pub struct Batching {
     open: Mutex<HashMap<String, Batch>>,
     /// Held by the batch being written: one at a time per process.
     turn: tokio::sync::Mutex<()>,
+    reads: SharedReads,
 }
 
 impl Batching {
     pub fn new(inner: Arc<dyn Slurm>, window: Duration) -> Self {
-        Self { inner, window, open: Mutex::default(), turn: tokio::sync::Mutex::new(()) }
+        Self { inner, window, open: Mutex::default(), turn: tokio::sync::Mutex::new(()), reads: SharedReads::default() }
     }
 
     async fn add(
@@ -143,7 +145,7 @@ impl Slurm for Batching {
         self.inner.user(user)
     }
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
-        self.inner.associations(accounts)
+        Box::pin(self.reads.associations(&self.inner, accounts))
     }
     fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured> {
         self.inner.block_user(user, accounts)
@@ -259,5 +261,26 @@ mod tests {
         let u = [Username::parse("frank").unwrap()];
         assert_eq!(b.add_users(&account, &u, true, &limits).await.unwrap().created, ["frank"]);
         assert_eq!(log.writes().iter().filter(|e| e.call.starts_with("sacctmgr -i add user")).count(), 2);
+
+        // concurrent association reads share one `show assoc`, and each caller's read began after
+        // it asked: the users added just before are in every answer
+        let reads = || log.all().iter().filter(|e| e.call.contains(" show assoc")).count();
+        let before = reads();
+        let mut tasks = vec![];
+        for _ in 0..50 {
+            let (b, accounts) = (b.clone(), vec![account.clone()]);
+            tasks.push(tokio::spawn(crate::effects::collect(async move { b.associations(&accounts).await })));
+        }
+        for t in tasks {
+            let (r, effects) = t.await.unwrap();
+            let users: Vec<String> = r.unwrap().into_iter().map(|a| a.user).filter(|u| !u.is_empty()).collect();
+            assert_eq!(users, ["alice", "bob", "erin", "frank"]);
+            assert!(effects.iter().any(|e| e["call"].as_str().is_some_and(|c| c.contains(" show assoc"))));
+        }
+        assert_eq!(reads() - before, 1, "fifty callers, one read");
+        let u = [Username::parse("grace").unwrap()];
+        b.add_users(&account, &u, true, &limits).await.unwrap();
+        let users = b.associations(std::slice::from_ref(&account)).await.unwrap();
+        assert!(users.iter().any(|a| a.user == "grace"), "a later caller gets a later read");
     }
 }

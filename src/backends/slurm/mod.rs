@@ -17,6 +17,7 @@ pub mod export;
 mod gate;
 pub mod parse;
 pub mod qos;
+mod reads;
 mod types;
 mod users;
 mod values;
