@@ -148,7 +148,10 @@ pub fn check_associations(w: &World, users: &[User]) {
             m.entry(r.user.as_str()).or_default().push(r);
             m
         });
-    assert_eq!(by_user.len(), users.len(), "users with associations under {accounts:?}");
+    let want: BTreeSet<&str> = users.iter().map(|u| u.username.as_str()).collect();
+    let extra: Vec<&&str> = by_user.keys().filter(|u| !want.contains(**u)).collect();
+    let missing: Vec<&&str> = want.iter().filter(|u| !by_user.contains_key(**u)).collect();
+    assert!(extra.is_empty() && missing.is_empty(), "under {accounts:?}: missing {missing:?}, not wanted {extra:?}");
     for u in users {
         let got = by_user.get(u.username.as_str()).unwrap_or_else(|| panic!("no association of {}", u.username));
         assert_eq!(got.len(), 1, "{}: {got:?}", u.username);

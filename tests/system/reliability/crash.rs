@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::chaos::{Kills, Moment};
-use super::{Figures, full};
+use super::{Figures, full, whose};
 use crate::onboarding;
 use crate::world::cluster::{self, User};
 use crate::world::sender::{self, Outcome, Progress};
@@ -217,6 +217,8 @@ async fn check(
     let once: BTreeSet<&String> = onboarded.iter().collect();
     assert_eq!(once.len(), onboarded.len(), "a user was onboarded by two jobs");
     assert_eq!(onboarded.len(), staying.len() + leaving.len());
+    let missing = whose::missing(w, staying);
+    assert!(missing.is_empty(), "staying users without an association:\n{}", whose::report(w, &missing, trace).await);
     onboarding::check_associations(w, staying);
     onboarding::check_keys(w, staying).await;
     onboarding::check_homes(w, staying).await;

@@ -13,6 +13,7 @@ mod crash;
 mod faults;
 mod gates;
 mod postgres;
+mod whose;
 
 use std::fmt::Write as _;
 use std::time::Instant;
