@@ -6,8 +6,9 @@
 //! with no association, associations with a changed limit (MaxJobs), and associations of users
 //! gone from Authentik. The cluster is the real Slurm test cluster (`scripts/slurm-test-cluster.sh
 //! start`; run this under `flock /tmp/onramp-slurm.lock`), its accounts and users all named
-//! `rcbench-…` (left over ones are deleted first, and all of them at the end unless
-//! BENCH_KEEP_SLURM=1); with ONRAMP_BENCH_SLURM=sim a simulated slurmdbd answers the same
+//! `rcbench-…` (users of that name the world does not have are deleted first, the others' adds
+//! are idempotent; all of them are deleted at the end unless BENCH_KEEP_SLURM=1, which saves the
+//! next run of the same size most of its seeding); with ONRAMP_BENCH_SLURM=sim a simulated slurmdbd answers the same
 //! `sacctmgr show assoc` (the real backend and parser read it). Seeding is not timed.
 //!
 //! Then, BENCH_RUNS times (default 3), on a fresh database: one `reconcile.full` job through the
@@ -150,12 +151,15 @@ async fn sh(argv: &[&str]) -> Output {
     Local.run(&cmd, Duration::from_secs(600)).await.unwrap_or_else(|e| panic!("{cmd}: {e}"))
 }
 
-/// Deletes every user and account named `rcbench-…` (only this benchmark makes such names).
+/// The cluster's users or accounts named `rcbench-…` (only this benchmark makes such names).
+async fn slurm_names(what: &str) -> Vec<String> {
+    let o = sh(&["sacctmgr", "-n", "-P", "show", what, &format!("format={what}")]).await;
+    o.stdout.lines().map(str::trim).filter(|l| l.starts_with(PREFIX)).map(String::from).collect()
+}
+
+/// Deletes every user and account named `rcbench-…`.
 async fn slurm_cleanup() {
-    let list = |what: &'static str| async move {
-        let o = sh(&["sacctmgr", "-n", "-P", "show", what, &format!("format={what}")]).await;
-        o.stdout.lines().map(str::trim).filter(|l| l.starts_with(PREFIX)).map(String::from).collect::<Vec<_>>()
-    };
+    let list = slurm_names;
     let users = list("user").await;
     for chunk in users.chunks(1000) {
         sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await;
@@ -184,6 +188,13 @@ async fn seed_cluster(w: &World, reg: &TenantRegistry, sim: Option<&SimSlurmdbd>
             })
             .collect();
         return;
+    }
+    // users named rcbench-… whom this world does not have on the cluster (left by a run of
+    // another size, or missing on purpose) go first; then the seeding below is idempotent
+    let want: BTreeSet<&str> = all.iter().map(|(_, u)| u.as_str()).collect();
+    let extra: Vec<String> = slurm_names("user").await.into_iter().filter(|u| !want.contains(u.as_str())).collect();
+    for chunk in extra.chunks(1000) {
+        sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await;
     }
     let slurm = SlurmCli::new(Arc::new(Local), ClusterName::parse(CLUSTER).unwrap());
     for t in &reg.tenants {
@@ -332,9 +343,6 @@ async fn main() {
     // the cluster, outside the clock
     let t_seed = Instant::now();
     let simulated = SimSlurmdbd::default();
-    if !sim {
-        slurm_cleanup().await;
-    }
     seed_cluster(&w, &reg, sim.then_some(&simulated)).await;
     let seed_s = t_seed.elapsed().as_secs_f64();
     let log = EffectLog::default();
