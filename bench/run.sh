@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # onramp side by side with its references, in one run on this machine's PostgreSQL:
-# graphile-worker and pgbench (bench/reference/run.sh), then onramp's engine and webhook intake
-# benchmarks (release build), then the ratios. JSON lines go to bench/results.jsonl.
+# graphile-worker and pgbench (bench/reference/run.sh), then onramp's engine, webhook intake and
+# full reconcile benchmarks (release build), then the ratios. JSON lines go to bench/results.jsonl.
 #   bench/run.sh          (BENCH_PG overrides the admin URL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,10 @@ cargo build --release --quiet
 bench/reference/run.sh | tee "$out"
 cargo bench --quiet --bench engine | grep '^{' | tee -a "$out"
 cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
+# the full reconcile reads (and seeds, and cleans up) the shared Slurm test cluster: build first,
+# then only the run under the cluster's lock (ONRAMP_BENCH_SLURM=sim: a simulated slurmdbd)
+cargo bench --quiet --no-run --bench reconcile
+flock /tmp/onramp-slurm.lock cargo bench --quiet --bench reconcile | grep '^{' | tee -a "$out"
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -23,6 +27,7 @@ eng = find(system="onramp", measure="throughput")
 lat = find(system="onramp", measure="enqueue_to_start")
 rec = find(system="onramp", measure="kill9_recovery")
 hook = find(system="onramp", measure="webhook_intake")
+recon = find(system="onramp", measure="full_reconcile")
 print()
 if gw and eng:
     print(f"engine no-op jobs/s: onramp {eng['jobs_per_s']:.0f} vs graphile-worker {gw['jobs_per_s']:.0f}"
@@ -35,4 +40,9 @@ if rec:
 if hook and pg32:
     print(f"webhook intake at 32 clients: onramp {hook['deliveries_per_s']:.0f}/s vs pgbench INSERT {pg32['tps']:.0f} tps"
           f" = {hook['deliveries_per_s'] / pg32['tps']:.2f}x (target >= 1x)")
+if recon:
+    print(f"full reconcile, {recon['users']} users / {recon['tenants']} tenants, 1% drift ({recon['slurm']} Slurm):"
+          f" median {recon['median_s']:.2f} s (min {recon['min_s']:.2f}, max {recon['max_s']:.2f}, {recon['runs']} runs;"
+          f" target <= 5 s), {recon['slurm_reads']} Slurm read(s), {recon['authentik_requests']} Authentik requests,"
+          f" {recon['onboard_jobs']} onboardings + {recon['offboard_jobs']} offboardings enqueued")
 PY

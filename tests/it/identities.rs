@@ -47,7 +47,7 @@ fn reconcile_neither_onboards_nor_offboards_reserved_or_bad_identities() {
     )]);
     // mallory and olga were onboarded before their numbers went wrong; slurm sits in the account
     let actual = [assoc("mallory"), assoc("olga"), assoc("slurm")];
-    let plan = plan_tenant(&reg, reg.tenant("foo").unwrap(), &members, &actual, None);
+    let plan = plan_tenant(&reg, reg.tenant("foo").unwrap(), &members, &actual, &Default::default(), None);
     let onboard: Vec<&str> = plan.onboard.iter().map(|a| a.username.as_str()).collect();
     assert_eq!(onboard, ["bob"], "{plan:#?}");
     assert!(plan.offboard.is_empty(), "members with bad identities and reserved names are left alone: {plan:#?}");
@@ -64,11 +64,13 @@ fn reconcile_neither_onboards_nor_offboards_reserved_or_bad_identities() {
     }
 
     // the per-user path: root gone from Authentik still is not offboarded
-    let (actions, why) = plan_user(&reg, None, &Username::parse("root").unwrap(), &[assoc("root")]);
+    let (actions, why) =
+        plan_user(&reg, None, &Username::parse("root").unwrap(), &[assoc("root")], &Default::default());
     assert!(actions.is_empty() && why.contains("reserved"), "{why}");
     // a member whose uid is now 0 keeps their association (nothing is done, and it says why)
     let m = user(4, "mallory", json!({"uidNumber": 0}));
-    let (actions, why) = plan_user(&reg, Some(&m), &Username::parse("mallory").unwrap(), &[assoc("mallory")]);
+    let (actions, why) =
+        plan_user(&reg, Some(&m), &Username::parse("mallory").unwrap(), &[assoc("mallory")], &Default::default());
     assert!(actions.is_empty() && why.contains("uid 0"), "{why}");
 }
 

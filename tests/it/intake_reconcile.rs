@@ -81,6 +81,38 @@ async fn user_removed_from_the_group_is_offboarded_and_unchanged_users_are_left_
 }
 
 #[tokio::test]
+async fn a_full_reconcile_onboards_again_the_members_whose_association_limits_drifted() {
+    let db = TestDb::new().await;
+    let app = app(&db, AppOptions::default()).await;
+    app.add_user(FakeUser::new(1, "alice", &["tenant-foo-users"]));
+    app.add_user(FakeUser::new(2, "bob", &["tenant-foo-users"]));
+    app.add_user(FakeUser::new(3, "erin", &["tenant-bar-users"]));
+    app.add_user(FakeUser::new(4, "frank", &["tenant-bar-users"]));
+    app.cluster.set(&[("tenant-foo", "alice"), ("tenant-foo", "bob"), ("tenant-bar", "erin"), ("tenant-bar", "frank")]);
+    // bob's MaxJobs was changed by hand; frank's association is blocked (an offboarding's block)
+    app.cluster.drift("tenant-foo", "bob", "parent|||||7||normal|normal");
+    app.cluster.drift("tenant-bar", "frank", "parent|0||||0|0||");
+    app.engine
+        .enqueue(&[onramp::flows::reconcile::full_job(onramp::engine::Actor::cli("test"), "test")])
+        .await
+        .unwrap();
+    let w = TestWorker::start(&app.engine, worker_config("w1", Duration::from_secs(5)));
+    let out = finished(&app, "reconcile.full", 1).await;
+    assert_eq!(
+        pairs(&app.jobs("user.onboard").await),
+        ["user.onboard:tenant-bar/frank", "user.onboard:tenant-foo/bob"]
+    );
+    assert!(app.jobs("user.offboard").await.is_empty());
+    let foo = &out[0]["tenants"][0];
+    assert_eq!((foo["tenant"].as_str(), foo["unchanged"].as_u64()), (Some("foo"), Some(1)), "{foo}");
+    let why = foo["jobs"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("limits other than the tenant's: MaxJobs"), "{why}");
+    let why = out[0]["tenants"][1]["jobs"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("MaxJobs, GrpJobs"), "{why}");
+    w.shutdown().await;
+}
+
+#[tokio::test]
 async fn deactivated_or_deleted_users_are_offboarded() {
     let db = TestDb::new().await;
     let app = app(&db, AppOptions::default()).await;

@@ -2,6 +2,7 @@
 //! slurmdbd answering `sacctmgr show assoc` (the reconciler reads it through the real Slurm
 //! backend), and the service's HTTP app with the intake wired as in `serve`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use onramp::app::intake::IntakeSetup;
 use onramp::backends::authentik::{AuthentikClient, AuthentikConfig};
 use onramp::backends::exec::{Command, Output, RunFuture, Transport};
-use onramp::backends::slurm::SlurmCli;
+use onramp::backends::slurm::{Limit, SlurmCli, UserLimits};
 use onramp::domain::names::{ClusterName, SlurmAccount, Username};
 use onramp::domain::secret::Secret;
 use onramp::domain::tenants::TenantRegistry;
@@ -52,11 +53,35 @@ pub fn client(url: &str) -> AuthentikClient {
 }
 
 /// The cluster's associations, settable by the test. As a transport it answers the Slurm
-/// backend's `sacctmgr -n -P show assoc where account=… cluster=… format=…` the way sacctmgr does.
+/// backend's `sacctmgr -n -P show assoc where account=… cluster=… format=…` the way sacctmgr does,
+/// each association with the limits its tenant gives its users (what an onboarding set), or
+/// `Fairshare=1` and nothing else under an account of no tenant.
 #[derive(Clone, Default)]
-pub struct FakeCluster(pub Arc<Mutex<Vec<(SlurmAccount, Username)>>>);
+pub struct FakeCluster(
+    pub Arc<Mutex<Vec<(SlurmAccount, Username)>>>,
+    /// Each tenant account's limit columns (see [`limit_columns`]).
+    Arc<BTreeMap<String, String>>,
+    /// An association's own limit columns, (account, user) → columns: a drifted association.
+    Arc<Mutex<BTreeMap<(String, String), String>>>,
+);
 
 impl FakeCluster {
+    /// Associations under the accounts of `tenants` show those tenants' user limits.
+    pub fn for_tenants(tenants: &TenantRegistry) -> Self {
+        let mut limits = BTreeMap::new();
+        for t in &tenants.tenants {
+            let row = limit_columns(&onramp::flows::specs::user_limits(t).unwrap());
+            limits.extend(t.accounts().into_iter().map(|a| (a.to_string(), row.clone())));
+        }
+        Self(Arc::default(), Arc::new(limits), Arc::default())
+    }
+
+    /// The association (account, user) shows these limit columns (share, grpjobs, grpsubmit,
+    /// grptres, grptresmins, maxjobs, maxsubmit, qos, defaultqos) instead of its tenant's.
+    pub fn drift(&self, account: &str, user: &str, columns: &str) {
+        self.2.lock().unwrap().insert((account.into(), user.into()), columns.into());
+    }
+
     pub fn set(&self, pairs: &[(&str, &str)]) {
         *self.0.lock().unwrap() =
             pairs.iter().map(|(a, u)| (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap())).collect();
@@ -81,7 +106,11 @@ impl Transport for FakeCluster {
                     .unwrap()
                     .iter()
                     .filter(|(a, _)| accounts.contains(&a.as_str()))
-                    .map(|(a, u)| format!("{cluster}|{a}|{u}|||1||||||||\n"))
+                    .map(|(a, u)| {
+                        let own = self.2.lock().unwrap().get(&(a.to_string(), u.to_string())).cloned();
+                        let limits = own.or_else(|| self.1.get(a.as_str()).cloned());
+                        format!("{cluster}|{a}|{u}|||{}\n", limits.as_deref().unwrap_or("1||||||||"))
+                    })
                     .collect();
                 Output { code: 0, stdout: rows, stderr: String::new() }
             }
@@ -89,6 +118,26 @@ impl Transport for FakeCluster {
         };
         Box::pin(async move { Ok(reply) })
     }
+}
+
+/// `ASSOC_FORMAT`'s columns from the share on (share, grpjobs, grpsubmit, grptres, grptresmins,
+/// maxjobs, maxsubmit, qos, defaultqos) of an association with these limits.
+fn limit_columns(l: &UserLimits) -> String {
+    let count = |x: Option<Limit>| match x {
+        Some(Limit::At(n)) => n.to_string(),
+        _ => String::new(),
+    };
+    let mut qos: Vec<&str> = l.qos.iter().flatten().map(|q| q.as_str()).collect();
+    qos.sort();
+    format!(
+        "{}|{}|||{}|{}||{}|{}",
+        l.fairshare.map_or("1".into(), |f| f.arg()),
+        count(l.grp_jobs),
+        l.grp_tres_mins.as_ref().map(ToString::to_string).unwrap_or_default(),
+        count(l.max_jobs),
+        qos.join(","),
+        l.default_qos.as_ref().map(|q| q.as_str()).unwrap_or_default()
+    )
 }
 
 /// Stands in for the onboarding/offboarding flows (built by the flows issue) so that the engine
@@ -150,8 +199,8 @@ impl Default for AppOptions {
 /// The service's HTTP app (no worker: tests start one when they want jobs to run).
 pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     let (fake, ak_url) = fake_authentik().await;
-    let cluster = FakeCluster::default();
     let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
+    let cluster = FakeCluster::for_tenants(&tenants);
     let setup = IntakeSetup {
         authentik: Arc::new(client(&ak_url)),
         tenants,

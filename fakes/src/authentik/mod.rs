@@ -95,12 +95,14 @@ impl FakeUser {
 
 pub type Fake = Arc<Mutex<FakeState>>;
 
-fn page(items: Vec<Value>, q: &BTreeMap<String, String>) -> Value {
-    let size: usize = q.get("page_size").and_then(|s| s.parse().ok()).unwrap_or(20);
-    let pageno: usize = q.get("page").and_then(|s| s.parse().ok()).unwrap_or(1);
+/// One page of `items` as Authentik answers it (`page` from 1, `page_size` default 20), only
+/// that page's items rendered by `render`.
+fn page<T>(items: Vec<T>, q: &BTreeMap<String, String>, render: impl Fn(T) -> Value) -> Value {
+    let size: usize = q.get("page_size").and_then(|s| s.parse().ok()).filter(|&n| n > 0).unwrap_or(20);
+    let pageno: usize = q.get("page").and_then(|s| s.parse().ok()).filter(|&n| n > 0).unwrap_or(1);
     let total = items.len();
     let pages = total.div_ceil(size).max(1);
-    let results: Vec<Value> = items.into_iter().skip((pageno - 1) * size).take(size).collect();
+    let results: Vec<Value> = items.into_iter().skip((pageno - 1) * size).take(size).map(render).collect();
     json!({
         "pagination": { "next": if pageno < pages { pageno + 1 } else { 0 }, "previous": pageno.saturating_sub(1),
                         "count": total, "current": pageno, "total_pages": pages,
@@ -130,15 +132,14 @@ async fn users(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<Str
     if let Some(r) = gate(&mut st, &h, format!("GET users {q:?}")) {
         return r;
     }
-    let list: Vec<Value> = st
+    let list: Vec<&FakeUser> = st
         .users
         .values()
         .filter(|u| q.get("username").is_none_or(|n| &u.username == n))
         .filter(|u| q.get("groups_by_name").is_none_or(|g| u.groups.contains(g)))
         .filter(|u| q.get("is_active").is_none_or(|a| (a == "true") == u.is_active))
-        .map(FakeUser::json)
         .collect();
-    Json(page(list, &q)).into_response()
+    Json(page(list, &q, FakeUser::json)).into_response()
 }
 
 async fn user(State(f): State<Fake>, h: HeaderMap, Path(pk): Path<i64>) -> Response {
@@ -173,13 +174,9 @@ async fn groups(State(f): State<Fake>, h: HeaderMap, Query(q): Query<BTreeMap<St
     if let Some(r) = gate(&mut st, &h, format!("GET groups {q:?}")) {
         return r;
     }
-    let list: Vec<Value> = st
-        .groups
-        .iter()
-        .filter(|g| q.get("name").is_none_or(|n| *g == n))
-        .map(|g| json!({"pk": group_uuid(g), "num_pk": 1, "name": g, "is_superuser": false, "parent": null, "attributes": {}}))
-        .collect();
-    Json(page(list, &q)).into_response()
+    let list: Vec<&String> = st.groups.iter().filter(|g| q.get("name").is_none_or(|n| *g == n)).collect();
+    let render = |g: &String| json!({"pk": group_uuid(g), "num_pk": 1, "name": g, "is_superuser": false, "parent": null, "attributes": {}});
+    Json(page(list, &q, render)).into_response()
 }
 
 /// The chaos's fault for an API request, if it draws one: an error answer (Authentik's 5xx

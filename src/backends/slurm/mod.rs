@@ -33,6 +33,7 @@ pub use export::{RecordsExport, RecordsFile, UserRecord};
 pub use gate::PgWriteGate;
 pub use qos::{QosSpec, QosState};
 pub use types::*;
+pub use users::limits_differ;
 pub use values::*;
 
 use crate::domain::names::{QosName, SlurmAccount, Username};

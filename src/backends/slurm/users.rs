@@ -40,6 +40,12 @@ pub(super) fn user_sets(limits: &UserLimits, cur: Option<&Association>) -> Sets 
     sets
 }
 
+/// The limits (sacctmgr's names) of `limits` that the association `a` does not have: what
+/// converging it ([`Slurm::add_users`]) would set. Empty when it matches.
+pub fn limits_differ(limits: &UserLimits, a: &Association) -> Vec<&'static str> {
+    user_sets(limits, Some(a)).into_iter().map(|(k, _)| k).collect()
+}
+
 /// The block (or the unblock to `limits`) as the three job limits it sets.
 fn block_values(unblock: Option<&UserLimits>) -> [(&'static str, Limit); 3] {
     match unblock {
@@ -299,6 +305,8 @@ mod tests {
                 ("GrpTRESMins", "gres/gpu=10000".into())
             ]
         );
+        assert_eq!(limits_differ(&limits(), &blocked), ["Fairshare", "QOS", "MaxJobs", "GrpTRESMins"]);
+        assert!(limits_differ(&limits(), &same).is_empty());
         assert!(blocked.is_blocked());
         let vals = block_values(None);
         assert!(holds(&blocked, &vals));

@@ -10,19 +10,21 @@ pub mod plan;
 pub mod tenants;
 pub mod user;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
 pub use enqueue::job_for;
-pub use plan::{Brake, OFFBOARD_BUDGET};
+pub use plan::{Brake, Drifted, OFFBOARD_BUDGET};
 
 use crate::backends::authentik::Authentik;
-use crate::backends::slurm::Slurm;
+use crate::backends::slurm::{Slurm, UserLimits, limits_differ};
 use crate::domain::names::{SlurmAccount, Username};
 use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Actor, NewJob};
+use crate::flows::specs;
 
 /// Reconcile one user (`{"pk": 42}` or `{"username": "alice"}`).
 pub const RECONCILE_USER: &str = "reconcile.user";
@@ -68,16 +70,42 @@ impl Reconciler {
     /// Every (account, user) association under these accounts, in one bulk read. Users whose
     /// name onramp cannot handle are skipped (and logged).
     pub async fn actual(&self, accounts: &[SlurmAccount]) -> Result<Vec<(SlurmAccount, Username)>, String> {
+        Ok(self.actual_with_limits(accounts).await?.0)
+    }
+
+    /// [`Self::actual`], and those of its associations (partition-less, under a tenant's account)
+    /// whose limits differ from what the tenant gives its users, from the same read.
+    pub async fn actual_with_limits(
+        &self,
+        accounts: &[SlurmAccount],
+    ) -> Result<(Vec<(SlurmAccount, Username)>, Drifted), String> {
         let assocs = self.slurm.associations(accounts).await.map_err(|e| format!("cluster read failed: {e}"))?;
-        let mut out = vec![];
-        for a in assocs.iter().filter(|a| !a.user.is_empty()) {
-            let account = SlurmAccount::parse(&a.account).map_err(|e| format!("cluster read failed: {e}"))?;
-            match Username::parse(&a.user) {
-                Ok(u) => out.push((account, u)),
-                Err(e) => tracing::warn!(error = %e, "skipping an association whose user name onramp cannot handle"),
+        let mut want: BTreeMap<SlurmAccount, UserLimits> = BTreeMap::new();
+        for t in &self.tenants.tenants {
+            match specs::user_limits(t) {
+                Ok(l) => want.extend(t.accounts().into_iter().map(|a| (a, l.clone()))),
+                Err(e) => tracing::warn!(error = %e, "cannot tell whether the tenant's associations have its limits"),
             }
         }
-        Ok(out)
+        let (mut out, mut drifted) = (vec![], Drifted::new());
+        for a in assocs.iter().filter(|a| !a.user.is_empty()) {
+            let account = SlurmAccount::parse(&a.account).map_err(|e| format!("cluster read failed: {e}"))?;
+            let user = match Username::parse(&a.user) {
+                Ok(u) => u,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping an association whose user name onramp cannot handle");
+                    continue;
+                }
+            };
+            if let Some(l) = want.get(&account).filter(|_| a.partition.is_empty()) {
+                let differ = limits_differ(l, a);
+                if !differ.is_empty() {
+                    drifted.insert((account.clone(), user.clone()), differ);
+                }
+            }
+            out.push((account, user));
+        }
+        Ok((out, drifted))
     }
 }
 

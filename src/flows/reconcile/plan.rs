@@ -112,13 +112,19 @@ pub fn groups_by_user(members: &BTreeMap<String, Vec<User>>) -> BTreeMap<i64, (&
     users
 }
 
+/// Associations whose limits differ from those their tenant gives its users, with the limits
+/// (sacctmgr's names) that differ.
+pub type Drifted = BTreeMap<(SlurmAccount, Username), Vec<&'static str>>;
+
 /// One tenant: `members` are the active members of each of its groups (by group name, every
-/// group listed), `actual` the associations under its accounts.
+/// group listed), `actual` the associations under its accounts, `drifted` those of them whose
+/// limits differ (an active member's is converged by an onboarding).
 pub fn plan_tenant(
     reg: &TenantRegistry,
     tenant: &Tenant,
     members: &BTreeMap<String, Vec<User>>,
     actual: &[(SlurmAccount, Username)],
+    drifted: &Drifted,
     brake: Option<Brake>,
 ) -> TenantPlan {
     let mut plan = TenantPlan { tenant: tenant.name.to_string(), ..Default::default() };
@@ -152,8 +158,21 @@ pub fn plan_tenant(
     let accounts = tenant.accounts();
     let actual: BTreeSet<(SlurmAccount, Username)> =
         actual.iter().filter(|(a, _)| accounts.contains(a)).cloned().collect();
-    for ((account, username), m) in &desired {
-        if actual.contains(&(account.clone(), username.clone())) {
+    for (key, m) in &desired {
+        let (account, username) = key;
+        if let Some(which) = actual.contains(key).then(|| drifted.get(key)).flatten() {
+            plan.onboard.push(Action {
+                op: Op::Onboard,
+                tenant: tenant.name.clone(),
+                account: account.clone(),
+                username: username.clone(),
+                member: Some(m.clone()),
+                reason: format!(
+                    "association under {account} with limits other than the tenant's: {}",
+                    which.join(", ")
+                ),
+            });
+        } else if actual.contains(key) {
             plan.unchanged += 1;
         } else {
             plan.onboard.push(Action {
@@ -219,12 +238,13 @@ fn shared_uids(desired: &BTreeMap<(SlurmAccount, Username), Member>) -> Vec<(u32
 }
 
 /// One user: `user` is Authentik's record (None: it does not exist), `actual` the associations
-/// of that username under the registry's accounts.
+/// of that username under the registry's accounts, `drifted` those whose limits differ.
 pub fn plan_user(
     reg: &TenantRegistry,
     user: Option<&User>,
     username: &Username,
     actual: &[(SlurmAccount, Username)],
+    drifted: &Drifted,
 ) -> (Vec<Action>, String) {
     let mine: BTreeSet<SlurmAccount> = actual.iter().filter(|(_, u)| u == username).map(|(a, _)| a.clone()).collect();
     if let Err(why) = reg.identities.check_name(username.as_str()) {
@@ -246,14 +266,21 @@ pub fn plan_user(
     };
     let mut actions = vec![];
     for (account, (tenant, m)) in &desired {
-        if !mine.contains(account) {
+        let reason = if !mine.contains(account) {
+            Some(format!("active member placed under {account}, no association there"))
+        } else {
+            drifted.get(&(account.clone(), username.clone())).map(|which| {
+                format!("association under {account} with limits other than the tenant's: {}", which.join(", "))
+            })
+        };
+        if let Some(reason) = reason {
             actions.push(Action {
                 op: Op::Onboard,
                 tenant: tenant.clone(),
                 account: account.clone(),
                 username: username.clone(),
                 member: m.clone(),
-                reason: format!("active member placed under {account}, no association there"),
+                reason,
             });
         }
     }
@@ -285,93 +312,5 @@ pub fn plan_user(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn reg() -> TenantRegistry {
-        TenantRegistry::parse(
-            "tenants:\n  - name: foo\n    group: foo-users\n    teams:\n      - { account: ml-foo, group: foo-ml }\n",
-            "t",
-        )
-        .unwrap()
-    }
-
-    fn user(pk: i64, name: &str, groups: &[&str]) -> User {
-        serde_json::from_value(json!({"pk": pk, "username": name, "is_active": true,
-            "groups_obj": groups.iter().map(|g| json!({"pk": format!("uuid-{g}"), "name": g})).collect::<Vec<_>>()}))
-        .unwrap()
-    }
-
-    fn acc(a: &str, u: &str) -> (SlurmAccount, Username) {
-        (SlurmAccount::parse(a).unwrap(), Username::parse(u).unwrap())
-    }
-
-    #[test]
-    fn brake_needs_both_conditions() {
-        let b = Brake::default();
-        assert!(!b.holds(5, 10)); // 50% but only 5
-        assert!(!b.holds(6, 100)); // 6 users but 6%
-        assert!(b.holds(6, 50));
-        assert!(!b.holds(0, 0));
-    }
-
-    #[test]
-    fn budget_is_the_larger_of_the_floor_and_the_share() {
-        let b = Brake::default();
-        assert_eq!((b.limit(0), b.limit(4), b.limit(59), b.limit(60), b.limit(1000)), (5, 5, 5, 6, 100));
-        assert_eq!(b.budget(1000).name, OFFBOARD_BUDGET);
-    }
-
-    #[test]
-    fn tenant_plan_onboards_missing_and_offboards_extra() {
-        let r = reg();
-        let t = &r.tenants[0];
-        let members = BTreeMap::from([
-            ("foo-users".to_string(), vec![user(1, "alice", &[]), user(2, "bob", &[])]),
-            ("foo-ml".to_string(), vec![user(2, "bob", &[])]),
-        ]);
-        let actual = vec![acc("tenant-foo", "alice"), acc("tenant-foo", "carol"), acc("other", "zed")];
-        let p = plan_tenant(&r, t, &members, &actual, Some(Brake::default()));
-        assert_eq!(p.unchanged, 1);
-        assert_eq!(
-            p.onboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
-            ["ml-foo/bob"]
-        );
-        assert_eq!(
-            p.offboard.iter().map(|a| format!("{}/{}", a.account, a.username)).collect::<Vec<_>>(),
-            ["tenant-foo/carol"]
-        );
-        assert_eq!(p.onboard[0].member.as_ref().unwrap().uid_number, 4002);
-    }
-
-    #[test]
-    fn an_empty_group_trips_the_brake() {
-        let r = reg();
-        let actual: Vec<_> = (0..20).map(|i| acc("tenant-foo", &format!("u{i}"))).collect();
-        let members = BTreeMap::from([("foo-users".to_string(), vec![]), ("foo-ml".to_string(), vec![])]);
-        let p = plan_tenant(&r, &r.tenants[0], &members, &actual, Some(Brake::default()));
-        assert!(p.offboard.is_empty());
-        assert_eq!(p.held.len(), 20);
-        assert!(p.brake_reason.unwrap().contains("20 of 20"));
-        let p = plan_tenant(&r, &r.tenants[0], &members, &actual, None);
-        assert_eq!(p.offboard.len(), 20);
-    }
-
-    #[test]
-    fn user_plan() {
-        let r = reg();
-        let alice = Username::parse("alice").unwrap();
-        let u = user(1, "alice", &["foo-users"]);
-        let (a, why) = plan_user(&r, Some(&u), &alice, &[]);
-        assert_eq!((a.len(), a[0].op), (1, Op::Onboard), "{why}");
-        let (a, why) = plan_user(&r, Some(&u), &alice, &[acc("tenant-foo", "alice")]);
-        assert!(a.is_empty() && why.starts_with("nothing to do"));
-        let (a, why) = plan_user(&r, None, &alice, &[acc("tenant-foo", "alice")]);
-        assert_eq!(a[0].op, Op::Offboard);
-        assert!(why.contains("not in authentik"), "{why}");
-        let moved = user(1, "alice", &["foo-users", "foo-ml"]);
-        let (a, _) = plan_user(&r, Some(&moved), &alice, &[acc("tenant-foo", "alice")]);
-        assert_eq!(a.iter().map(|a| a.op).collect::<Vec<_>>(), [Op::Onboard, Op::Offboard]);
-    }
-}
+#[path = "plan_tests.rs"]
+mod tests;

@@ -91,12 +91,12 @@ pub(super) async fn reconcile_tenants(r: &Reconciler, ctx: &StepCtx, pass: Pass<
         }
     }
     // every account: the brake's budget is a share of all managed users
-    let actual = r.actual(&r.tenants.all_accounts()).await?;
+    let (actual, drifted) = r.actual_with_limits(&r.tenants.all_accounts()).await?;
     let managed = managed_users(&actual);
     let (mode, check) = if pass.release { (Mode::Released, None) } else { (Mode::Metered, Some(r.brake)) };
     for (t, members) in ready {
         let counts = member_counts(t, &members, &actual);
-        let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, check);
+        let mut p = plan::plan_tenant(&r.tenants, t, &members, &actual, &drifted, check);
         if let Some(only) = pass.only {
             p.offboard.retain(|a| only.contains(&(a.account.clone(), a.username.clone())));
         }

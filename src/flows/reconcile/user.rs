@@ -62,8 +62,8 @@ async fn reconcile(r: &Reconciler, ctx: &StepCtx) -> StepResult {
         Err(e) => return Ok(Transition::Done(json!({ "decision": "ignored", "reason": e.to_string() }))),
     };
     let accounts = r.tenants.all_accounts();
-    let actual = r.actual(&accounts).await.map_err(|e| retry_or_give_up(ctx, e))?;
-    let (mut actions, reason) = plan::plan_user(&r.tenants, user.as_ref(), &username, &actual);
+    let (actual, drifted) = r.actual_with_limits(&accounts).await.map_err(|e| retry_or_give_up(ctx, e))?;
+    let (mut actions, reason) = plan::plan_user(&r.tenants, user.as_ref(), &username, &actual, &drifted);
     let restored = restore_readded(r, queue, user.as_ref(), &username, &actual, &mut actions)
         .await
         .map_err(|e| retry_or_give_up(ctx, e))?;
