@@ -3,14 +3,21 @@
 # graphile-worker and pgbench (bench/reference/run.sh), then onramp's engine and webhook intake
 # benchmarks (release build), then the ratios. JSON lines go to bench/results.jsonl.
 #   bench/run.sh          (BENCH_PG overrides the admin URL)
+#   bench/run.sh intake   (only pgbench and the intake bench: intake, event storm, RSS)
+# ONRAMP_BENCH_SMOKE=1 makes the intake bench seconds long (results still checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results.jsonl
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 cargo build --release --quiet
-bench/reference/run.sh | tee "$out"
-cargo bench --quiet --bench engine | grep '^{' | tee -a "$out"
+if [[ "${1:-}" == intake ]]; then
+    BENCH_ONLY=pgbench bench/reference/run.sh | tee "$out"
+else
+    bench/reference/run.sh | tee "$out"
+    cargo bench --quiet --bench engine | grep '^{' | tee -a "$out"
+fi
 cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -23,6 +30,8 @@ eng = find(system="onramp", measure="throughput")
 lat = find(system="onramp", measure="enqueue_to_start")
 rec = find(system="onramp", measure="kill9_recovery")
 hook = find(system="onramp", measure="webhook_intake")
+storm = find(system="onramp", measure="event_storm")
+rss = find(system="onramp", measure="serve_rss")
 print()
 if gw and eng:
     print(f"engine no-op jobs/s: onramp {eng['jobs_per_s']:.0f} vs graphile-worker {gw['jobs_per_s']:.0f}"
@@ -34,5 +43,11 @@ if rec:
     print(f"kill -9 recovery: {rec['recovered_ms']} ms = {rec['ratio_to_lease']:.2f}x the lease (target <= 2x)")
 if hook and pg32:
     print(f"webhook intake at 32 clients: onramp {hook['deliveries_per_s']:.0f}/s vs pgbench INSERT {pg32['tps']:.0f} tps"
-          f" = {hook['deliveries_per_s'] / pg32['tps']:.2f}x (target >= 1x)")
+          f" = {hook['deliveries_per_s'] / pg32['tps']:.2f}x (target >= 1x); p99 {hook['p99_ms']:.1f} ms (target <= 20 ms)")
+if storm:
+    print(f"event storm: {storm['acknowledged']} of {storm['deliveries']} deliveries about one group acknowledged"
+          f" in {storm['seconds']:.1f} s (target <= 10 s) -> {storm['reconcile_jobs']} reconcile job(s) (target <= 2)")
+if rss:
+    print(f"onramp serve RSS: idle {rss['idle_mb']:.1f} MB (target <= 40), peak during intake {rss['peak_mb']:.1f} MB"
+          f" (VmHWM {rss['hwm_mb']:.1f}; target <= 150)")
 PY
