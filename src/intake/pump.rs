@@ -109,8 +109,9 @@ impl Pump {
         // deliveries whose jobs failed alone for a passing reason: not before this, backoff
         let mut deferred: HashMap<Uuid, (Instant, Duration)> = HashMap::new();
         loop {
+            // forget a deferral well after it ended (one failing again is deferred anew, longer)
             let now = Instant::now();
-            deferred.retain(|_, (until, _)| *until > now);
+            deferred.retain(|_, (until, backoff)| now < *until + *backoff * 2 + Duration::from_secs(10));
             match self.drain(&mut deferred).await {
                 Ok(()) => {}
                 Err(e) => {
@@ -129,7 +130,8 @@ impl Pump {
     /// Rounds until fewer than a batch are pending.
     async fn drain(&self, deferred: &mut HashMap<Uuid, (Instant, Duration)>) -> Result<(), EngineError> {
         loop {
-            let skip: Vec<Uuid> = deferred.keys().copied().collect();
+            let now = Instant::now();
+            let skip: Vec<Uuid> = deferred.iter().filter(|(_, (until, _))| *until > now).map(|(id, _)| *id).collect();
             let taken = match self.round(None, &skip).await {
                 Ok(r) => r.taken,
                 Err(e) if connection_failed(&e) => return Err(e),

@@ -64,8 +64,12 @@ async fn a_storm_about_one_group_is_one_reconcile_and_one_more_behind_a_started_
     assert_eq!(jobs[1].2, Some(format!("reconcile.tenant:foo:after:{}", jobs[0].0)));
     assert_eq!(jobs[1].1, "pending");
 
-    // the counters and the pending gauge
-    let metrics = app.http.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    // the counters (a round is counted just after its commit) and the pending gauge
+    let metrics = eventually(Duration::from_secs(5), "the pump's counters", || async {
+        let m = app.http.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+        m.contains("onramp_pump_deliveries_total 2000").then_some(m)
+    })
+    .await;
     assert!(metrics.contains("onramp_webhook_deliveries_pending 0"), "{metrics}");
     assert!(metrics.contains("onramp_pump_deliveries_total 2000"), "{metrics}");
     assert!(metrics.contains("onramp_pump_jobs_created_total 2"), "{metrics}");
@@ -147,7 +151,12 @@ async fn deliveries_stored_before_a_crash_are_processed_by_a_pump_started_later_
     // one job per user (deliveries about a user whose job is pending add nothing)
     assert_eq!(count(&b.engine, "select count(*) from jobs where kind = 'reconcile.user'").await, 100);
     assert_eq!(count(&b.engine, "select count(*) from webhook_deliveries where cardinality(job_ids) = 1").await, 300);
-    assert_eq!(b.pump.stats.processed.load(Relaxed), 300);
+    let processed = eventually(Duration::from_secs(5), "the pump's counter", || async {
+        let n = b.pump.stats.processed.load(Relaxed);
+        (n >= 300).then_some(n)
+    })
+    .await;
+    assert_eq!(processed, 300);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +179,12 @@ async fn two_pumps_share_the_work_and_double_nothing() {
     tokio::spawn(two.clone().run(stop.clone()));
     pumped(&b.engine).await;
     stop.cancel();
-    let (a, c) = (one.stats.processed.load(Relaxed), two.stats.processed.load(Relaxed));
+    // (a pump counts a round just after its commit)
+    let (a, c) = eventually(Duration::from_secs(5), "the pumps' counters", || async {
+        let (a, c) = (one.stats.processed.load(Relaxed), two.stats.processed.load(Relaxed));
+        (a + c >= 3000).then_some((a, c))
+    })
+    .await;
     assert_eq!(a + c, 3000, "each delivery processed once: {a} + {c}");
     assert_eq!(count(&b.engine, "select count(*) from jobs where kind = 'reconcile.user'").await, 500);
     assert_eq!(count(&b.engine, "select count(*) from jobs where kind = 'reconcile.tenant'").await, 1);
