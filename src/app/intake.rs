@@ -14,7 +14,7 @@ use crate::domain::secret::Secret;
 use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Actor, Engine, Registry};
 use crate::flows::reconcile::{Brake, Reconciler, full_job};
-use crate::intake::{DeliveryWriter, Intake, IntakeStats, SigningSecret, WebhookAuth};
+use crate::intake::{DeliveryWriter, Intake, IntakeStats, Pump, PumpStats, SigningSecret, WebhookAuth};
 
 pub struct IntakeSetup {
     pub authentik: Arc<dyn Authentik>,
@@ -112,19 +112,42 @@ impl IntakeSetup {
         crate::flows::with_reconcile(base, self.reconciler(slurm))
     }
 
-    /// Starts the webhook's writer tasks.
-    pub fn start(&self, engine: &Engine) -> Arc<Intake> {
-        Arc::new(Intake {
+    /// Starts the webhook's writer tasks and the delivery pump (until `shutdown`). Every process
+    /// with the intake configured runs a pump (api and worker alike): deliveries one process
+    /// stored are processed by another if it dies, and several pumps never do the same work.
+    pub fn start(&self, engine: &Engine, shutdown: CancellationToken) -> Arc<Intake> {
+        let pump = self.pump(engine);
+        let intake = Arc::new(Intake {
             auth: self.auth.clone(),
-            writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch),
+            writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch, pump.wake.clone()),
             tenants: self.tenants.clone(),
-            settle: self.settle,
             max_body: self.max_body,
             max_diff_users: self.max_diff_users,
             stats: IntakeStats::default(),
-        })
+            pump: pump.stats.clone(),
+        });
+        tokio::spawn(pump.run(shutdown));
+        intake
+    }
+
+    /// A delivery pump (not started): see `intake::pump`.
+    pub fn pump(&self, engine: &Engine) -> Pump {
+        Pump {
+            engine: engine.clone(),
+            tenants: self.tenants.clone(),
+            settle: self.settle,
+            batch: PUMP_BATCH,
+            poll: PUMP_POLL,
+            wake: Arc::default(),
+            stats: Arc::new(PumpStats::default()),
+        }
     }
 }
+
+/// Most deliveries the pump takes in one transaction.
+pub const PUMP_BATCH: usize = 1000;
+/// How often a pump looks for deliveries another process stored (its own writer wakes it).
+pub const PUMP_POLL: Duration = Duration::from_millis(500);
 
 /// Enqueues a full reconcile at start and then every `interval` (a pending one absorbs the next).
 pub async fn periodic_reconcile(engine: Engine, interval: Duration, shutdown: CancellationToken) {

@@ -109,7 +109,7 @@ impl World {
     ) -> anyhow::Result<()> {
         let Self { engine, intake, plans, http: settings, ops, retention, callbacks } = self;
         let stats = Arc::new(WorkerStats::default());
-        let started = intake.as_ref().map(|s| s.start(&engine));
+        let started = intake.as_ref().map(|s| s.start(&engine, shutdown.clone()));
         if let Some(s) = intake.as_ref().filter(|_| worker.is_some()) {
             tokio::spawn(periodic_reconcile(engine.clone(), s.reconcile_interval, shutdown.clone()));
         }
@@ -125,7 +125,7 @@ impl World {
             let mut state = http::AppState::new(engine.clone(), stats.clone());
             state.http = settings.clone();
             state.worker = worker.is_some();
-            state.intake = started;
+            state.intake = started.clone();
             state.tenants = intake.as_ref().map(|s| s.tenants.clone());
             state.authentik = intake.as_ref().map(|s| s.authentik.clone());
             state.plans = match (plans, &intake) {
@@ -140,6 +140,8 @@ impl World {
         let ops = ops.map(|l| {
             let mut state = http::AppState::new(engine.clone(), stats.clone());
             state.worker = worker.is_some();
+            // for /metrics (the pump's counters); the ops listener serves no webhook
+            state.intake = started.clone();
             if let Ok(addr) = l.local_addr() {
                 tracing::info!(%addr, "health and metrics listening");
             }

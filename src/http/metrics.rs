@@ -30,6 +30,8 @@ async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem
     }
     if let Some(intake) = &s.intake {
         intake.stats.render(&mut out);
+        let pending = crate::intake::pump::pending(&s.engine).await?;
+        intake.pump.render(&mut out, Some(pending));
     }
     let rows = s.engine.open_by_state().await?;
     let _ = writeln!(out, "# HELP onramp_jobs_open Unfinished jobs by state.\n# TYPE onramp_jobs_open gauge");

@@ -7,6 +7,7 @@ pub mod access;
 mod auth;
 mod callbacks;
 mod dashboard;
+mod deliveries;
 mod extract;
 mod health;
 mod idempotency;
@@ -170,6 +171,7 @@ pub fn routes() -> Vec<Route> {
         tokens::routes(),
         callbacks::routes(),
         webhook::routes(),
+        deliveries::routes(),
         dashboard::routes(),
     ];
     areas.into_iter().flatten().collect()

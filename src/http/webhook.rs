@@ -1,6 +1,6 @@
 //! `POST /webhooks/authentik`: size and content type first, then authentication over the raw
-//! bytes, then parsing; the delivery is stored and its reconcile jobs enqueued in one shared
-//! transaction (see `intake::writer`) before the 202. A delivery PostgreSQL refuses is a 422
+//! bytes, then parsing; the delivery is stored (one row, in a shared transaction: see
+//! `intake::writer`) before the 202, and the pump (`intake::pump`) enqueues its reconcile jobs. A delivery PostgreSQL refuses is a 422
 //! (Authentik should not send it again), never a 503.
 
 use std::net::SocketAddr;
@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{AppState, Problem, Route, route};
-use crate::flows::reconcile::jobs_for_subjects;
 use crate::intake::{AuthHeaders, Delivery, WriteError, event};
 
 pub fn routes() -> Vec<Route> {
@@ -140,10 +139,11 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
     let parsed = event::parse(&body, intake.max_diff_users);
     let id = uuid::Uuid::now_v7();
     let key = event::delivery_key(&parsed, verified.webhook_id.as_deref(), &raw, now);
-    // the delivery's span: the reconcile jobs carry it, so their steps join this request's trace
+    // the delivery's span: stored with it, the reconcile jobs carry it, so their steps join this
+    // request's trace
     let span = tracing::info_span!("delivery", delivery = %id, shape = parsed.shape, action = parsed.action.as_deref());
-    let jobs = span.in_scope(|| jobs_for_subjects(&parsed.subjects, &intake.tenants, &id.to_string(), intake.settle));
-    let targets = json!(parsed.subjects.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>());
+    let traceparent = span.in_scope(crate::engine::trace::current);
+    let targets = json!(parsed.subjects.iter().map(|t| t.to_target()).collect::<Vec<_>>());
     let delivery = Delivery {
         id,
         key,
@@ -154,7 +154,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         body,
         raw_body,
         targets,
-        jobs,
+        traceparent,
     };
     match intake.writer.store(delivery).instrument(span).await {
         Ok(stored) if stored.duplicate => {
@@ -163,8 +163,7 @@ async fn authentik(State(s): State<AppState>, req: Request) -> Response {
         }
         Ok(stored) => {
             intake.stats.accepted.fetch_add(1, Relaxed);
-            (StatusCode::ACCEPTED, Json(json!({ "delivery": stored.id, "duplicate": false, "jobs": stored.jobs })))
-                .into_response()
+            (StatusCode::ACCEPTED, Json(json!({ "delivery": stored.id, "duplicate": false }))).into_response()
         }
         Err(WriteError::Refused(why)) => reject(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

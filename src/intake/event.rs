@@ -246,6 +246,18 @@ mod tests {
     }
 
     #[test]
+    fn stored_targets_read_back_as_the_same_subjects() {
+        let subjects =
+            [Subject::User { pk: -3 }, Subject::Group { name: "tenant:odd name".into() }, Subject::Everything];
+        for s in subjects {
+            assert_eq!(Subject::from_target(&s.to_target()), Some(s.clone()), "{s:?}");
+        }
+        for junk in ["", "user:", "user:x", "group:", "User { pk: 1 }", "everything:"] {
+            assert_eq!(Subject::from_target(junk), None, "{junk:?}");
+        }
+    }
+
+    #[test]
     fn scrubbing_replaces_nul_in_strings_and_keys_only_where_present() {
         let mut v = json!({"a\0": ["x\0y", 1, {"k": "\0"}], "b": "fine"});
         assert!(scrub_nul(&mut v));

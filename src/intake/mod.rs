@@ -1,19 +1,21 @@
 //! Webhook intake: authenticate the raw bytes, understand the body as hints, store the delivery
-//! and enqueue reconcile jobs in one (shared) transaction, answer fast. The HTTP side is
-//! `http::webhook`; reconcile itself is `reconcile`.
+//! (one row, in a shared transaction) and answer fast; the pump (`pump`) turns stored deliveries
+//! into reconcile jobs in bulk off the request path. The HTTP side is `http::webhook`; reconcile
+//! itself is `reconcile`.
 
 pub mod event;
+pub mod pump;
 pub mod retention;
 pub mod signature;
 mod store;
+pub mod view;
 pub mod writer;
 
+use crate::domain::tenants::TenantRegistry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
 
-use crate::domain::tenants::TenantRegistry;
-
+pub use pump::{Pump, PumpStats};
 pub use signature::{AuthFailure, AuthHeaders, SigningSecret, WebhookAuth};
 pub use writer::{Delivery, DeliveryWriter, Stored, WriteError};
 
@@ -22,12 +24,12 @@ pub struct Intake {
     pub auth: WebhookAuth,
     pub writer: DeliveryWriter,
     pub tenants: Arc<TenantRegistry>,
-    /// Reconcile jobs from a delivery are due this long after it.
-    pub settle: Duration,
     pub max_body: usize,
     /// A group's diff listing more users than this reconciles the group's tenants instead.
     pub max_diff_users: usize,
     pub stats: IntakeStats,
+    /// The pump's counters (the pump of this process).
+    pub pump: Arc<PumpStats>,
 }
 
 /// Counters for /metrics.

@@ -1,27 +1,22 @@
 //! The batching writer: concurrent deliveries share transactions (and so commits). Handlers hand
 //! a verified, parsed delivery over a channel and wait for the reply; a writer task takes
-//! everything queued, stores it with one multi-row insert, enqueues the reconcile jobs in the
-//! same transaction (`store`), commits once and answers each handler.
+//! everything queued, stores it with one multi-row insert (`store`), commits once, answers each
+//! handler and wakes the pump (`pump`), which turns stored deliveries into reconcile jobs.
 //!
 //! One delivery never fails the others: when PostgreSQL refuses a shared transaction, its
 //! deliveries are written again in halves until the failing one is alone, and its answer says
 //! whether sending it again can help ([`WriteError::Unavailable`]) or not
-//! ([`WriteError::Refused`]). A transaction takes at most [`JOBS_PER_TRANSACTION`] jobs (one
-//! subject lock each; a delivery with more goes alone, and the intake bounds a delivery's jobs).
+//! ([`WriteError::Refused`]).
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::store;
-use crate::engine::{Engine, EngineError, NewJob};
-
-/// Most jobs enqueued in one of the writer's transactions: each takes an advisory lock on its
-/// subject until commit, and PostgreSQL's lock table is shared by every session.
-pub const JOBS_PER_TRANSACTION: usize = 1024;
+use crate::engine::{Engine, EngineError};
 
 /// A delivery ready to store.
 #[derive(Debug)]
@@ -36,9 +31,10 @@ pub struct Delivery {
     pub body: Value,
     /// The bytes as received, when `body` differs from them.
     pub raw_body: Option<Vec<u8>>,
+    /// Whom to reconcile: `Subject::to_target`'s strings (the pump reads them back).
     pub targets: Value,
-    /// Reconcile jobs to enqueue with it (only if it is not a duplicate).
-    pub jobs: Vec<NewJob>,
+    /// The trace context of the delivery's span, when traces are exported: its jobs join it.
+    pub traceparent: Option<String>,
 }
 
 /// What became of a delivery.
@@ -47,7 +43,6 @@ pub struct Stored {
     /// The delivery's id; for a duplicate, the id of the delivery stored first.
     pub id: Uuid,
     pub duplicate: bool,
-    pub jobs: Vec<i64>,
 }
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -74,12 +69,13 @@ pub struct DeliveryWriter {
 
 impl DeliveryWriter {
     /// Starts `writers` tasks sharing one queue; each writes up to `max_batch` deliveries per
-    /// transaction. The tasks end when every `DeliveryWriter` clone is dropped.
-    pub fn start(engine: Engine, writers: usize, max_batch: usize) -> Self {
+    /// transaction and then wakes `pump`. The tasks end when every `DeliveryWriter` clone is
+    /// dropped.
+    pub fn start(engine: Engine, writers: usize, max_batch: usize, pump: Arc<Notify>) -> Self {
         let (tx, rx) = mpsc::channel::<Request>(max_batch * writers.max(1) * 4);
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         for _ in 0..writers.max(1) {
-            let (rx, engine) = (rx.clone(), engine.clone());
+            let (rx, engine, pump) = (rx.clone(), engine.clone(), pump.clone());
             tokio::spawn(async move {
                 let mut batch = Vec::with_capacity(max_batch);
                 loop {
@@ -90,6 +86,7 @@ impl DeliveryWriter {
                         }
                     }
                     write_batch(&engine, std::mem::take(&mut batch)).await;
+                    pump.notify_one();
                 }
             });
         }
@@ -120,8 +117,8 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
         }
     };
     // ranges still to write, the next one last
-    let mut todo = transactions(&deliveries);
-    todo.reverse();
+    let mut todo: Vec<Range<usize>> = Vec::with_capacity(4);
+    todo.push(0..deliveries.len());
     while let Some(range) = todo.pop() {
         match store::write(engine, &deliveries[range.clone()]).await {
             Ok(stored) => answer(range.clone(), &|i| Ok(stored[i - range.start].clone())),
@@ -144,25 +141,8 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
     tracing::debug!(n = deliveries.len(), ms = started.elapsed().as_secs_f64() * 1e3, "webhook deliveries written");
 }
 
-/// Consecutive ranges of the batch, each with at most [`JOBS_PER_TRANSACTION`] jobs (or one
-/// delivery).
-fn transactions(ds: &[Delivery]) -> Vec<Range<usize>> {
-    let (mut out, mut start, mut jobs) = (vec![], 0, 0);
-    for (i, d) in ds.iter().enumerate() {
-        if i > start && jobs + d.jobs.len() > JOBS_PER_TRANSACTION {
-            out.push(start..i);
-            (start, jobs) = (i, 0);
-        }
-        jobs += d.jobs.len();
-    }
-    if start < ds.len() {
-        out.push(start..ds.len());
-    }
-    out
-}
-
 /// The connection or the pool failed: every delivery would, so none is written alone.
-fn connection_failed(e: &EngineError) -> bool {
+pub(super) fn connection_failed(e: &EngineError) -> bool {
     use sqlx::Error as E;
     matches!(
         e,
@@ -173,7 +153,7 @@ fn connection_failed(e: &EngineError) -> bool {
 /// PostgreSQL's data exceptions (SQLSTATE class 22, e.g. 22P05 `\u0000` in jsonb) and exceeded
 /// limits (class 54, e.g. an index row too large) come back for the same data every time:
 /// refused. Everything else may pass later.
-fn classify(e: &EngineError) -> WriteError {
+pub(super) fn classify(e: &EngineError) -> WriteError {
     match e {
         EngineError::Db(sqlx::Error::Database(d)) => match d.code() {
             Some(code) if code.starts_with("22") || code.starts_with("54") => {
@@ -183,33 +163,5 @@ fn classify(e: &EngineError) -> WriteError {
         },
         EngineError::Db(sqlx::Error::Encode(why)) => WriteError::Refused(why.to_string()),
         _ => WriteError::Unavailable(e.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::Actor;
-
-    fn delivery(jobs: usize) -> Delivery {
-        Delivery {
-            id: Uuid::nil(),
-            key: String::new(),
-            remote_addr: None,
-            shape: "unknown",
-            action: None,
-            model: None,
-            body: Value::Null,
-            raw_body: None,
-            targets: Value::Null,
-            jobs: (0..jobs).map(|_| NewJob::new("k", "s", Value::Null, Actor::reconciler())).collect(),
-        }
-    }
-
-    #[test]
-    fn transactions_hold_a_bounded_number_of_jobs_and_a_big_delivery_goes_alone() {
-        let ds: Vec<Delivery> = [1, 1000, 30, 2000, 0, 5].into_iter().map(delivery).collect();
-        assert_eq!(transactions(&ds), vec![0..2, 2..3, 3..4, 4..6]);
-        assert!(transactions(&[]).is_empty());
     }
 }

@@ -347,7 +347,9 @@ impl Harness {
     }
 
     /// Jobs of a kind: (id, state, input).
+    /// The jobs of `kind`, once the pump has processed every stored delivery.
     pub async fn jobs(&self, kind: &str) -> Vec<(i64, String, Value)> {
+        intake_support::pumped(&self.engine).await;
         sqlx::query_as("select id, state, input from jobs where kind = $1 order by id")
             .bind(kind)
             .fetch_all(self.engine.pool())

@@ -65,6 +65,14 @@ fn expect(c: &Case) -> Expect {
                 Allowed(&[200])
             }
         }
+        // a delivery leads to reconcile jobs, which scoped tokens never see
+        ("GET", "/v1/deliveries/{id}") => {
+            if c.scoped {
+                NotFound
+            } else {
+                Allowed(&[200])
+            }
+        }
         ("POST", "/v1/jobs/{id}/cancel" | "/v1/jobs/{id}/retry" | "/v1/jobs/{id}/approve") => {
             if c.role < Role::Operator {
                 Forbidden
@@ -196,9 +204,14 @@ async fn every_v1_route_by_role_and_tenant() {
                         true => callback(&engine, tenant).await,
                         false => job,
                     };
+                    // a stored delivery, for the route that shows one
+                    let id = match path.starts_with("/v1/deliveries/") {
+                        true => delivery(&db.pool, n).await,
+                        false => id.to_string(),
+                    };
                     let mut url = format!(
                         "{base}{}",
-                        path.replace("{id}", &id.to_string())
+                        path.replace("{id}", &id)
                             .replace("{name}", &victim)
                             .replace("{tenant}", tenant)
                             .replace("{username}", "alice")
@@ -315,4 +328,15 @@ fn openapi_lists_exactly_the_served_routes() {
     let extra: Vec<_> = spec.difference(&served).collect();
     assert!(missing.is_empty(), "served but not in openapi.yaml: {missing:?}");
     assert!(extra.is_empty(), "in openapi.yaml but not served: {extra:?}");
+}
+
+async fn delivery(pool: &sqlx::PgPool, n: usize) -> String {
+    let id = uuid::Uuid::now_v7();
+    sqlx::query("insert into webhook_deliveries (id, delivery_key, shape, body) values ($1, $2, 'unknown', '{}')")
+        .bind(id)
+        .bind(format!("test:{n}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    id.to_string()
 }

@@ -51,6 +51,7 @@ async fn every_status_is_problem_json_and_every_parameter_is_checked_in_words() 
         ("/v1/jobs?created_since=yesterday", "created_since must be a time in RFC 3339 form"),
         ("/v1/jobs?bogus=1", "unknown query parameter \"bogus\""),
         ("/v1/jobs/abc", "a job id is a whole number, not \"abc\""),
+        ("/v1/deliveries/abc", "a delivery id is a UUID"),
         (
             "/v1/plans/user.onboard?tenant=foo&hard_cutoff=maybe",
             "the query parameter hard_cutoff must be true or false",

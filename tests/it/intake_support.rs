@@ -196,14 +196,12 @@ impl Default for AppOptions {
     }
 }
 
-/// The service's HTTP app (no worker: tests start one when they want jobs to run).
-pub async fn app(db: &TestDb, opts: AppOptions) -> App {
-    let (fake, ak_url) = fake_authentik().await;
-    let tenants = Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap());
-    let cluster = FakeCluster::for_tenants(&tenants);
-    let setup = IntakeSetup {
-        authentik: Arc::new(client(&ak_url)),
-        tenants,
+/// The intake's settings as the tests use them (no settle delay), against the fake Authentik at
+/// `ak_url`.
+pub fn setup(ak_url: &str, opts: AppOptions) -> IntakeSetup {
+    IntakeSetup {
+        authentik: Arc::new(client(ak_url)),
+        tenants: Arc::new(TenantRegistry::parse(TENANTS, "test").unwrap()),
         brake: opts.brake,
         auth: opts.auth,
         settle: Duration::ZERO,
@@ -212,7 +210,11 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
         writers: std::env::var("WRITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(2),
         batch: 512,
         reconcile_interval: Duration::ZERO,
-    };
+    }
+}
+
+/// The engine with the reconcile flows (reading `cluster`) and stand-ins for the others.
+pub fn engine(db: &TestDb, setup: &IntakeSetup, cluster: &FakeCluster) -> Engine {
     let registry = setup.registry(
         Registry::new()
             .with(Recorded(USER_ONBOARD))
@@ -221,8 +223,18 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
             .with(Recorded(onramp::flows::tenant::TENANT_OFFBOARD)),
         cluster.slurm(),
     );
-    let engine = Engine::new(db.pool.clone(), registry);
-    let intake = setup.start(&engine);
+    Engine::new(db.pool.clone(), registry)
+}
+
+/// The service's HTTP app with the delivery pump (no worker: tests start one when they want jobs
+/// to run).
+pub async fn app(db: &TestDb, opts: AppOptions) -> App {
+    let (fake, ak_url) = fake_authentik().await;
+    let setup = setup(&ak_url, opts);
+    let cluster = FakeCluster::for_tenants(&setup.tenants);
+    let engine = engine(db, &setup, &cluster);
+    let stop = CancellationToken::new();
+    let intake = setup.start(&engine, stop.clone());
     let mut state = onramp::http::AppState::new(engine.clone(), Arc::new(WorkerStats::default()));
     state.intake = Some(intake);
     state.tenants = Some(setup.tenants.clone());
@@ -231,7 +243,6 @@ pub async fn app(db: &TestDb, opts: AppOptions) -> App {
     state.plans = Some(Arc::new(onramp::dryrun::plan::Planner { cfg: dry_config(), authentik }));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
-    let stop = CancellationToken::new();
     tokio::spawn(onramp::http::serve(l, state, stop.clone()));
     App {
         engine,
@@ -304,7 +315,9 @@ impl App {
             .unwrap()
     }
 
+    /// The jobs of `kind`, once the pump has processed every stored delivery.
     pub async fn jobs(&self, kind: &str) -> Vec<(i64, String, Option<String>, Value)> {
+        pumped(&self.engine).await;
         sqlx::query_as("select id, state, dedupe_key, input from jobs where kind = $1 order by id")
             .bind(kind)
             .fetch_all(self.engine.pool())
@@ -315,4 +328,16 @@ impl App {
     pub fn add_user(&self, u: FakeUser) {
         self.fake.lock().unwrap().users.insert(u.pk, u);
     }
+}
+
+/// Waits (polling, with a deadline) until no stored delivery is left for the pump.
+pub async fn pumped(engine: &Engine) {
+    crate::common::eventually(Duration::from_secs(30), "the pump to process every stored delivery", || async {
+        let n: i64 = sqlx::query_scalar("select count(*) from webhook_deliveries where processed_at is null")
+            .fetch_one(engine.pool())
+            .await
+            .unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
 }

@@ -30,6 +30,7 @@ mod http_work;
 mod identities;
 mod intake_cli;
 mod intake_hostile;
+mod intake_pump;
 mod intake_reconcile;
 mod intake_support;
 mod intake_webhook;

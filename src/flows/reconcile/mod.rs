@@ -12,7 +12,6 @@ pub mod user;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use time::OffsetDateTime;
 
@@ -46,6 +45,27 @@ pub enum Subject {
     Group { name: String },
     /// Cannot tell: reconcile everything.
     Everything,
+}
+
+impl Subject {
+    /// The form a stored delivery keeps (its `targets`): `user:42`, `group:<name>`, `everything`.
+    pub fn to_target(&self) -> String {
+        match self {
+            Subject::User { pk } => format!("user:{pk}"),
+            Subject::Group { name } => format!("group:{name}"),
+            Subject::Everything => "everything".into(),
+        }
+    }
+
+    /// Reads [`Subject::to_target`]'s form back; None for anything else.
+    pub fn from_target(s: &str) -> Option<Self> {
+        match s.split_once(':') {
+            Some(("user", pk)) => pk.parse().ok().map(|pk| Subject::User { pk }),
+            Some(("group", name)) if !name.is_empty() => Some(Subject::Group { name: name.into() }),
+            None if s == "everything" => Some(Subject::Everything),
+            _ => None,
+        }
+    }
 }
 
 /// What the reconcile flows need: desired state (Authentik, the tenant registry), actual state
@@ -150,17 +170,17 @@ pub fn full_job(actor: Actor, cause: &str) -> NewJob {
     NewJob::typed(RECONCILE_FULL, "reconcile/full", &input, actor).dedupe(RECONCILE_FULL)
 }
 
-/// The reconcile jobs a delivery's subjects call for, due after `settle` (Authentik logs some
-/// events before the change is visible, and a burst of events collapses into one job).
+/// The reconcile jobs a delivery's subjects call for, due at `due` (the delivery's arrival plus
+/// a settle delay: Authentik logs some events before the change is visible, and a burst of events
+/// collapses into one job); now when None.
 pub fn jobs_for_subjects(
     subjects: &[Subject],
     tenants: &TenantRegistry,
     delivery: &str,
-    settle: Duration,
+    due: Option<OffsetDateTime>,
 ) -> Vec<NewJob> {
     let actor = Actor::webhook(delivery);
     let cause = format!("webhook:{delivery}");
-    let at = OffsetDateTime::now_utc() + settle;
     let mut jobs = vec![];
     for s in subjects {
         match s {
@@ -171,5 +191,8 @@ pub fn jobs_for_subjects(
             Subject::Everything => jobs.push(full_job(actor.clone(), &cause)),
         }
     }
-    jobs.into_iter().map(|j| if settle.is_zero() { j } else { j.at(at) }).collect()
+    match due {
+        Some(at) => jobs.into_iter().map(|j| j.at(at)).collect(),
+        None => jobs,
+    }
 }
