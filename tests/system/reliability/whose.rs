@@ -8,6 +8,9 @@ use crate::world::World;
 use crate::world::cluster::{self, User};
 use crate::world::trace::SacctmgrTrace;
 
+/// An attempt: step, attempt, worker, started, finished, outcome, effects.
+type Run = (String, i32, String, Option<String>, Option<String>, Option<String>, Option<String>);
+
 /// The staying users without an association under their account, in three reads: a read while
 /// another process writes to slurmdbd can miss rows that are there (seen when a test outside the
 /// world's lock added accounts during the check: 162 rows missing from the read, all intact in
@@ -44,16 +47,15 @@ pub async fn report(w: &World, users: &[User], trace: &SacctmgrTrace) -> String 
         .unwrap();
         for (id, kind, subject, state, outputs) in jobs {
             let _ = writeln!(out, "job {id} {kind} {subject} {state} outputs={outputs}");
-            let runs: Vec<(String, i32, String, Option<String>, Option<String>, Option<String>, Option<String>)> =
-                sqlx::query_as(
-                    "select step, attempt, worker, to_char(started_at, 'HH24:MI:SS.MS'),
+            let runs: Vec<Run> = sqlx::query_as(
+                "select step, attempt, worker, to_char(started_at, 'HH24:MI:SS.MS'),
                             to_char(finished_at, 'HH24:MI:SS.MS'), outcome, effects::text
                      from step_runs where job_id = $1 order by id",
-                )
-                .bind(id)
-                .fetch_all(&w.db.pool)
-                .await
-                .unwrap();
+            )
+            .bind(id)
+            .fetch_all(&w.db.pool)
+            .await
+            .unwrap();
             for (step, attempt, worker, start, end, outcome, effects) in runs {
                 let _ = writeln!(
                     out,
