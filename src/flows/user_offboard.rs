@@ -291,15 +291,7 @@ async fn delete(b: &Backends, n: &Names, scope: &JobScope, ctx: &StepCtx) -> Ste
         Deleted::Deleted { removed } => removed,
         Deleted::AlreadyGone => vec![],
     };
-    // A read while another writer changes the association tree can miss rows (slurmdbd 22.05
-    // shifts the tree's bounds in steps): the record delete below removes every association, so
-    // it needs two reads that agree the record holds none.
-    let record = b.slurm.user_record(&n.user).await.step("read the user record")?;
-    let record = match record {
-        Some(r) if r.associations.is_empty() => b.slurm.user_record(&n.user).await.step("read the user record")?,
-        other => other,
-    };
-    let (record, kept_by) = match record {
+    let (record, kept_by) = match b.slurm.user_record(&n.user).await.step("read the user record")? {
         // Slurm removes a user record with its last association
         None => ("gone", vec![]),
         Some(r) if !r.associations.is_empty() => ("kept", r.associations),
