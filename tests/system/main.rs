@@ -6,6 +6,7 @@
 //! Needs what `scripts/test` starts (PostgreSQL, the Slurm test cluster, aiosmtpd) and root (the
 //! users' unix accounts). `ONRAMP_BIN` / `ONRAMP_FAKES_BIN` name prebuilt binaries.
 
+mod bench;
 mod onboarding;
 #[path = "../it/otlp.rs"]
 mod otlp;

@@ -199,7 +199,7 @@ pub async fn seed_kubernetes(k8s: &K8sControl, tenants: &[Tenant], keys_dir: &Pa
     }
 }
 
-fn run(args: &[&str]) -> std::process::Output {
+pub fn run(args: &[&str]) -> std::process::Output {
     Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{}: {e}", args[0]))
 }
 
