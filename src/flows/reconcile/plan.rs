@@ -160,30 +160,24 @@ pub fn plan_tenant(
         actual.iter().filter(|(a, _)| accounts.contains(a)).cloned().collect();
     for (key, m) in &desired {
         let (account, username) = key;
-        if let Some(which) = actual.contains(key).then(|| drifted.get(key)).flatten() {
-            plan.onboard.push(Action {
-                op: Op::Onboard,
-                tenant: tenant.name.clone(),
-                account: account.clone(),
-                username: username.clone(),
-                member: Some(m.clone()),
-                reason: format!(
-                    "association under {account} with limits other than the tenant's: {}",
-                    which.join(", ")
-                ),
-            });
-        } else if actual.contains(key) {
-            plan.unchanged += 1;
-        } else {
-            plan.onboard.push(Action {
-                op: Op::Onboard,
-                tenant: tenant.name.clone(),
-                account: account.clone(),
-                username: username.clone(),
-                member: Some(m.clone()),
-                reason: format!("active member of {} with no association under {account}", tenant.group),
-            });
-        }
+        let reason = match (actual.contains(key), drifted.get(key)) {
+            (true, None) => {
+                plan.unchanged += 1;
+                continue;
+            }
+            (true, Some(which)) => {
+                format!("association under {account} with limits other than the tenant's: {}", which.join(", "))
+            }
+            (false, _) => format!("active member of {} with no association under {account}", tenant.group),
+        };
+        plan.onboard.push(Action {
+            op: Op::Onboard,
+            tenant: tenant.name.clone(),
+            account: account.clone(),
+            username: username.clone(),
+            member: Some(m.clone()),
+            reason,
+        });
     }
     for (account, username) in &actual {
         if reg.identities.is_reserved(username.as_str()) {
