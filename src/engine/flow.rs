@@ -85,6 +85,16 @@ impl Jobs {
         super::claims::claim(self.0.pool(), scope, value, owner, job).await
     }
 
+    /// Records at once that `job` made the effect named `mark` (see [`super::marks`]).
+    pub async fn mark(&self, job: i64, mark: &str) -> Result<(), EngineError> {
+        super::marks::mark(self.0.pool(), job, mark).await
+    }
+
+    /// Whether `job` recorded the effect named `mark`.
+    pub async fn marked(&self, job: i64, mark: &str) -> Result<bool, EngineError> {
+        super::marks::marked(self.0.pool(), job, mark).await
+    }
+
     /// Whether jobs of this kind can be enqueued (declared or runnable in this process).
     pub fn accepts(&self, kind: &str) -> bool {
         self.0.registry().steps(kind).is_some()

@@ -11,6 +11,7 @@ pub mod callbacks;
 mod claims;
 mod decide;
 mod flow;
+mod marks;
 mod model;
 mod ops;
 mod policy;

@@ -32,6 +32,7 @@ impl Engine {
                for update skip locked),
              sr as (delete from step_runs where job_id in (select id from doomed) returning 1),
              ev as (delete from job_events where job_id in (select id from doomed) returning 1),
+             mk as (delete from step_marks where job_id in (select id from doomed)),
              j as (delete from jobs where id in (select id from doomed) returning 1)
              select (select count(*) from j), (select count(*) from sr), (select count(*) from ev)",
         )

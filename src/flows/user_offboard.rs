@@ -255,8 +255,8 @@ async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
         Offboarding { user: n.user.clone(), tenant: n.tenant.clone(), retained_until: Some(until.date().to_string()) }
             .message();
     let to = Recipient { user: n.user.clone(), email: (!email.is_empty()).then_some(email.clone()) };
-    Ok(match notifier.send(&to, &msg).await {
-        Ok(()) => Transition::Done(json!({ "sent": true, "to": email })),
+    Ok(match super::welcome::send_once(notifier.as_ref(), ctx, &to, msg).await? {
+        Ok(_) => Transition::Done(json!({ "sent": true, "to": email })),
         Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
         Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
     })

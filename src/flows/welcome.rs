@@ -6,7 +6,7 @@ use serde_json::json;
 use super::StepResult;
 use super::backends::Backends;
 use super::user_onboard::{Names, Step, resolved};
-use crate::backends::notify::{Onboarding, Recipient};
+use crate::backends::notify::{Message, Notifier, NotifyError, Onboarding, Recipient};
 use crate::domain::sshkey::PublicKey;
 use crate::engine::{StepCtx, Transition};
 
@@ -31,10 +31,43 @@ pub(super) async fn notify(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult
     }
     .message();
     let to = Recipient { user: n.user.clone(), email: (!r.email.is_empty()).then(|| r.email.clone()) };
-    Ok(match notifier.send(&to, &msg).await {
-        Ok(()) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject,
-                                           "login_address": b.login_address_of(&n.tenant) })),
+    Ok(match send_once(notifier.as_ref(), ctx, &to, msg).await? {
+        Ok(msg) => Transition::Done(json!({ "sent": true, "to": r.email, "subject": msg.subject,
+                                            "login_address": b.login_address_of(&n.tenant) })),
         Err(e) if e.is_retryable() && ctx.attempt < 4 => Transition::Retry(e.to_string()),
         Err(e) => Transition::Done(json!({ "sent": false, "error": e.to_string() })),
     })
+}
+
+/// Sends `msg` once for this job's step. The message gets an id derived from the job and step,
+/// the same on every attempt, so any copy is recognisably the same message. The send is recorded
+/// the moment the server has taken it, in a commit of its own, not only with the step's result: an
+/// attempt run again because its worker died in between finds the record and sends nothing.
+/// (Only a death between the server's answer and that commit, a round trip, can still send the
+/// same message twice.) `Err` when the record cannot be read: the step retries.
+pub(super) async fn send_once(
+    notifier: &dyn Notifier,
+    ctx: &StepCtx,
+    to: &Recipient,
+    mut msg: Message,
+) -> Result<Result<Message, NotifyError>, Transition> {
+    let mark = format!("{}:sent", ctx.step);
+    msg.id = Some(format!("onramp.job{}.{}.{}", ctx.job_id, ctx.step, to.user));
+    if let Some(jobs) = &ctx.jobs {
+        let sent = jobs.marked(ctx.job_id, &mark).await;
+        if sent.map_err(|e| Transition::Retry(format!("read whether the message was sent: {e}")))? {
+            tracing::info!(job = ctx.job_id, step = ctx.step, "the message was sent by an earlier attempt");
+            return Ok(Ok(msg));
+        }
+    }
+    if let Err(e) = notifier.send(to, &msg).await {
+        return Ok(Err(e));
+    }
+    if let Some(jobs) = &ctx.jobs
+        && let Err(e) = jobs.mark(ctx.job_id, &mark).await
+    {
+        // The step's result, written next, records the send as well.
+        tracing::warn!(job = ctx.job_id, step = ctx.step, error = %e, "could not record the message as sent");
+    }
+    Ok(Ok(msg))
 }

@@ -13,7 +13,7 @@ use crate::flows_support::{CAROL, Harness, KEY, PK, UNIX_USER, short};
 
 const T: Duration = Duration::from_secs(90);
 
-fn onboard_job(h: &Harness) -> NewJob {
+pub(crate) fn onboard_job(h: &Harness) -> NewJob {
     NewJob::new(
         USER_ONBOARD,
         &format!("{}/{UNIX_USER}", h.tenant),

@@ -15,6 +15,7 @@ mod engine_mechanics;
 mod engine_processes;
 mod fakes_chaos;
 mod flows_archive;
+mod flows_notify;
 mod flows_plan;
 mod flows_support;
 mod flows_tenant;

@@ -126,6 +126,21 @@ async fn email_reaches_a_real_smtp_server() {
     assert!(got.contains("To: alice@example.org") && got.contains("From: onramp <onramp@cluster.example>"), "{got}");
     assert!(got.contains(&format!("Subject: {}", msg.subject)), "{got}");
     assert!(got.contains(&PublicKey::parse(KEY).unwrap().fingerprint()), "{got}");
+    assert!(got.lines().any(|l| l.starts_with("Message-ID: <")), "{got}");
+
+    // A message with an id carries it as its Message-ID, in mail-from's domain, on every send.
+    let with_id = Message { id: Some("onramp.job7.notify.alice".into()), ..msg.clone() };
+    email.send(&alice(Some("alice@example.org")), &with_id).await.unwrap();
+    email.send(&alice(Some("alice@example.org")), &with_id).await.unwrap();
+    let ids = eventually(Duration::from_secs(10), "both copies in the maildir", || {
+        let m = smtpd.messages();
+        async move { (m.len() == 3).then_some(m) }
+    })
+    .await
+    .iter()
+    .filter(|m| m.lines().any(|l| l == "Message-ID: <onramp.job7.notify.alice@cluster.example>"))
+    .count();
+    assert_eq!(ids, 2);
 
     // No address: permanent. Server gone: retryable.
     assert!(!email.send(&alice(None), &msg).await.unwrap_err().is_retryable());

@@ -36,7 +36,9 @@ impl Notifier for Email {
             let addr = to.email.as_deref().ok_or_else(|| unusable(format!("{} has no e-mail address", to.user)))?;
             let mailbox: Mailbox =
                 addr.parse().map_err(|e| unusable(format!("{addr:?} is not an e-mail address: {e}")))?;
+            let message_id = msg.id.as_ref().map(|id| format!("<{id}@{}>", self.from.email.domain()));
             let email = lettre::Message::builder()
+                .message_id(message_id)
                 .from(self.from.clone())
                 .to(mailbox)
                 .subject(&msg.subject)

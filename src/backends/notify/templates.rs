@@ -9,6 +9,10 @@ use crate::domain::sshkey::PublicKey;
 pub struct Message {
     pub subject: String,
     pub text: String,
+    /// The same on every attempt to send this message (the sender's job and step), so a copy
+    /// sent again is recognisably the same message: e-mail carries it as the `Message-ID`
+    /// (`<id@mail-from's domain>`). `None`: a fresh id per send.
+    pub id: Option<String>,
 }
 
 /// Everything the onboarding message says.
@@ -45,7 +49,7 @@ impl Onboarding {
         let _ = writeln!(text, "  2. sacctmgr show association user={u}   (your Slurm account and limits)");
         let _ = writeln!(text, "  3. sbatch --account={a} --gres=gpu:1 --time=10:00 --wrap \"nvidia-smi\"");
         text.push_str("  4. squeue --me   to watch your jobs; large data goes to scratch, not $HOME.\n");
-        Message { subject: format!("Your GPU cluster account for {t} is ready"), text }
+        Message { subject: format!("Your GPU cluster account for {t} is ready"), text, id: None }
     }
 }
 
@@ -62,7 +66,7 @@ impl Offboarding {
             );
         }
         text.push_str("\nYour past jobs stay in the accounting records (sacct).\n");
-        Message { subject: format!("Your GPU cluster access for {t} has ended"), text }
+        Message { subject: format!("Your GPU cluster access for {t} has ended"), text, id: None }
     }
 }
 
