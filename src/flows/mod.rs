@@ -33,6 +33,7 @@ pub mod selftest;
 pub mod settings;
 pub mod specs;
 pub mod tenant;
+pub mod tenant_snapshots;
 pub mod user_offboard;
 pub mod user_onboard;
 pub mod verify;

@@ -11,14 +11,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use super::backends::{Backends, StepError};
 use super::reconcile::plan::{self, Action, Member, Op};
-use super::user_offboard::{Archived, HomeSnapshot};
+use super::tenant_snapshots::{require_snapshot_and_archive, require_snapshots, snapshot};
 use super::{StepResult, drain, finish, specs, verify};
 use crate::backends::slurm::{Deleted, JobScope, QosSpec};
-use crate::backends::storage::{Snapshot, SnapshotName};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::Tenant;
 use crate::engine::{Actor, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -75,12 +73,6 @@ impl Input {
 /// The job that onboards (or offboards) a tenant.
 pub fn job(kind: &'static str, tenant: &str, actor: Actor) -> NewJob {
     Input { tenant: tenant.into(), hard_cutoff: false }.job(kind, actor)
-}
-
-/// The `snapshot` step's output: the tenant's scratch, then each user's `$HOME`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Snapshots {
-    pub snapshots: Vec<HomeSnapshot>,
 }
 
 fn checked(b: &Backends, ctx: &StepCtx) -> Result<(Input, Tenant, TenantName), Transition> {
@@ -281,6 +273,7 @@ impl TenantOffboard {
                 require_snapshot_and_archive(ctx).map_err(Transition::Fail)?;
                 let step = OffboardStep::Archive.name();
                 let intact = super::archive::require_archive_intact(b, ctx, step, &scope).await?;
+                require_snapshots(b, &t, ctx).await?;
                 let d = b.slurm.delete_account(&t.account).await.step("delete the tenant's accounts")?;
                 let left = b.slurm.associations(&t.accounts()).await.step("read the accounts back")?;
                 if !left.is_empty() {
@@ -294,72 +287,5 @@ impl TenantOffboard {
                 Ok(Transition::Done(json!({ "deleted": true, "removed": removed, "archive": intact })))
             }
         }
-    }
-}
-
-/// The tenant's scratch and its users' homes, before anything is deleted.
-async fn snapshot(b: &Backends, t: &Tenant, name: &TenantName) -> StepResult {
-    let d = OffsetDateTime::now_utc().date();
-    let date = format!("{:04}{:02}{:02}", d.year(), u8::from(d.month()), d.day());
-    let mut taken = vec![];
-    let scratch =
-        SnapshotName::parse(&format!("offboard-final-{name}-{date}")).map_err(|e| Transition::Fail(e.to_string()))?;
-    let s = b.storage.snapshot(&verify::scratch_place(t), &scratch).await.step("snapshot scratch")?;
-    taken.push(HomeSnapshot { snapshot: scratch.as_str().to_string(), existed: s == Snapshot::Exists });
-    let assocs = b.slurm.associations(&t.accounts()).await.step("list the tenant's users")?;
-    let mut users: Vec<&str> = assocs.iter().filter(|a| !a.user.is_empty()).map(|a| a.user.as_str()).collect();
-    users.sort_unstable();
-    users.dedup();
-    for u in users {
-        let Ok(user) = Username::parse(u) else { continue };
-        let n = SnapshotName::offboard(&user, d);
-        let s = b.storage.snapshot(&verify::home_place(t, &user), &n).await.step("snapshot a user's $HOME")?;
-        taken.push(HomeSnapshot { snapshot: n.as_str().to_string(), existed: s == Snapshot::Exists });
-    }
-    Ok(Transition::done(&Snapshots { snapshots: taken }))
-}
-
-/// Deletion only after this job's snapshot and archive steps succeeded.
-pub fn require_snapshot_and_archive(ctx: &StepCtx) -> Result<(), String> {
-    let snap = ctx.output_of::<Snapshots>(OffboardStep::Snapshot.name()).is_some_and(|s| !s.snapshots.is_empty());
-    let archive = ctx.output_of::<Archived>(OffboardStep::Archive.name()).is_some();
-    if snap && archive {
-        Ok(())
-    } else {
-        Err(format!(
-            "refused: the tenant's accounts are deleted only after this job's snapshot and archive succeeded \
-             (snapshot: {}, archive: {})",
-            if snap { "done" } else { "missing" },
-            if archive { "done" } else { "missing" }
-        ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ctx(outputs: Value) -> StepCtx {
-        let outputs = outputs.as_object().cloned().unwrap_or_default();
-        StepCtx::detached(
-            TENANT_OFFBOARD,
-            "foo/tenant",
-            json!({ "tenant": "foo" }),
-            outputs,
-            OffboardStep::DeleteAccounts.name(),
-            9,
-        )
-    }
-
-    #[test]
-    fn accounts_are_deleted_only_after_this_jobs_snapshot_and_archive() {
-        let one = json!([{ "snapshot": "offboard-final-foo-20261130", "existed": false }]);
-        assert!(require_snapshot_and_archive(&ctx(json!({}))).unwrap_err().starts_with("refused"));
-        let snap_only = json!({ "snapshot": { "snapshots": one } });
-        assert!(require_snapshot_and_archive(&ctx(snap_only)).unwrap_err().contains("archive: missing"));
-        let archive_only = json!({ "archive": { "directory": "/a" }, "snapshot": { "snapshots": [] } });
-        assert!(require_snapshot_and_archive(&ctx(archive_only)).unwrap_err().contains("snapshot: missing"));
-        let both = json!({ "snapshot": { "snapshots": one }, "archive": { "directory": "/a" } });
-        assert!(require_snapshot_and_archive(&ctx(both)).is_ok());
     }
 }

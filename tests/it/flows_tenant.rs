@@ -193,3 +193,35 @@ async fn a_quota_that_does_not_read_back_as_set_fails_the_step_with_the_differen
     assert!(p.text().contains(&format!("quota list scratch --path {path}")), "{}", p.text());
     assert!(p.text().contains("networkpolicies/") && p.text().contains("GET"), "{}", p.text());
 }
+
+#[tokio::test]
+async fn a_snapshot_deleted_by_hand_during_retention_keeps_the_tenants_accounts() {
+    let h = Harness::start(Timings { retention: Duration::from_secs(4), ..short() }).await;
+    h.ensure_tenant_accounts().await;
+    let id = h.engine.enqueue(&[job(TENANT_OFFBOARD, &h.tenant, Actor::cli("ops"))]).await.unwrap()[0].id;
+    wait_state(&h.engine, id, "needs_approval", T).await;
+    h.engine.approve(id, &Actor::cli("reviewer")).await.unwrap();
+    let waiting = wait_state(&h.engine, id, "waiting", T).await;
+    assert_eq!(waiting.step, "retention", "{}", waiting.outputs);
+    let scratch = waiting.outputs["snapshot"]["snapshots"][0]["snapshot"].as_str().unwrap().to_string();
+    // the fake filesystem keeps each snapshot as a file <fs>@<name>
+    let file = std::fs::read_dir(h.storage_dir.path().join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(&format!("@{scratch}")))
+        .expect("the scratch snapshot");
+    std::fs::remove_file(&file).unwrap();
+
+    let j = wait_state(&h.engine, id, "failed", T).await;
+    assert_eq!(j.step, "delete_accounts");
+    let e = j.last_error.unwrap_or_default();
+    assert!(e.contains(&format!("the snapshot(s) {scratch} of tenant {}", h.tenant)), "{e}");
+    assert!(e.contains("nothing was deleted"), "{e}");
+    assert!(!h.assocs().await.is_empty(), "the accounts are still there");
+    assert!(file.exists(), "the snapshot was taken again for the person who retries");
+
+    // The person looked and retries: the snapshot is there now, the accounts go.
+    h.engine.retry(id, &Actor::cli("ops")).await.unwrap();
+    wait_state(&h.engine, id, "succeeded", T).await;
+    assert!(h.assocs().await.is_empty(), "accounts deleted: {:?}", h.assocs().await);
+}
