@@ -16,7 +16,7 @@ use super::*;
 
 /// The batch's result, and the effects (commands) of the one call, which every member's attempt
 /// records as its own.
-type Outcome = Option<(Result<Ensured, (bool, String)>, Vec<serde_json::Value>)>;
+type Outcome = Option<(Result<Ensured, Shared>, Vec<serde_json::Value>)>;
 
 struct Batch {
     users: Vec<Username>,
@@ -91,7 +91,7 @@ impl Batching {
         effects.iter().cloned().for_each(crate::effects::record);
         let shared = match &r {
             Ok(e) => Ok(e.clone()),
-            Err(e) => Err((e.is_retryable(), e.to_string())),
+            Err(e) => Err(e.shared()),
         };
         tx.send_replace(Some((shared, effects)));
         match r {
@@ -102,7 +102,7 @@ impl Batching {
 }
 
 /// The batch's outcome for `users` only.
-fn mine(outcome: Option<Result<Ensured, (bool, String)>>, users: &[Username]) -> Result<Ensured, SlurmError> {
+fn mine(outcome: Option<Result<Ensured, Shared>>, users: &[Username]) -> Result<Ensured, SlurmError> {
     match outcome {
         Some(Ok(e)) => {
             let ours = |s: &String| users.iter().any(|u| s == u.as_str() || s.starts_with(&format!("{u}: ")));
@@ -111,8 +111,8 @@ fn mine(outcome: Option<Result<Ensured, (bool, String)>>, users: &[Username]) ->
                 changed: e.changed.into_iter().filter(|s| ours(s)).collect(),
             })
         }
-        Some(Err((retryable, detail))) => Err(SlurmError::Batch { retryable, detail }),
-        None => Err(SlurmError::Batch { retryable: true, detail: "the batch was abandoned".into() }),
+        Some(Err(shared)) => Err(shared.into()),
+        None => Err(Shared::abandoned("batch").into()),
     }
 }
 

@@ -43,7 +43,7 @@ pub enum SlurmError {
     Parse { cmd: String, line: String, why: String },
     /// The batched call this request joined failed (the error of the batch, for each member).
     #[error("the batched call failed: {detail}")]
-    Batch { retryable: bool, detail: String },
+    Batch { retryable: bool, retry_after: Option<std::time::Duration>, detail: String },
     /// A failure this backend does not recognise.
     #[error("{cmd} failed (exit {code}): {detail}")]
     Failed { cmd: String, code: i32, detail: String },
@@ -66,8 +66,14 @@ impl SlurmError {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             SlurmError::Transport { source, .. } => source.retry_after(),
+            SlurmError::Batch { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+
+    /// This error as each member of a batched or shared call gets it.
+    pub fn shared(&self) -> Shared {
+        Shared { retryable: self.is_retryable(), retry_after: self.retry_after(), detail: self.to_string() }
     }
 
     /// A short label for metrics and logs.
@@ -88,5 +94,46 @@ impl SlurmError {
             SlurmError::Batch { .. } => "batch",
             SlurmError::Failed { .. } => "failed",
         }
+    }
+}
+
+/// A batched or shared call's error, handed to each of its members (see [`SlurmError::shared`]).
+#[derive(Clone, Debug)]
+pub struct Shared {
+    pub retryable: bool,
+    pub retry_after: Option<std::time::Duration>,
+    pub detail: String,
+}
+
+impl Shared {
+    /// The call was given up before it answered.
+    pub fn abandoned(what: &str) -> Self {
+        Self { retryable: true, retry_after: None, detail: format!("the {what} was abandoned") }
+    }
+}
+
+impl From<Shared> for SlurmError {
+    fn from(s: Shared) -> Self {
+        SlurmError::Batch { retryable: s.retryable, retry_after: s.retry_after, detail: s.detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn every_member_of_a_batch_gets_a_429s_retry_after() {
+        let why = "too many requests".to_string();
+        let busy = TransportError::Busy { why, retry_after: Duration::from_secs(3) };
+        let e = SlurmError::Transport { cmd: "sacctmgr -i add user a,b".into(), source: busy };
+        let member = SlurmError::from(e.shared());
+        assert_eq!((member.is_retryable(), member.retry_after()), (true, Some(Duration::from_secs(3))));
+        assert!(member.to_string().contains("too many requests"), "{member}");
+        let gone = SlurmError::from(Shared::abandoned("batch"));
+        assert_eq!((gone.is_retryable(), gone.retry_after()), (true, None));
+        let conflict = SlurmError::from(SlurmError::Conflict("x".into()).shared());
+        assert!(!conflict.is_retryable());
     }
 }

@@ -28,7 +28,7 @@ use std::pin::Pin;
 
 pub use batch::Batching;
 pub use client::{GateGuard, SlurmCli, WriteGate};
-pub use error::SlurmError;
+pub use error::{Shared, SlurmError};
 pub use export::{RecordsExport, RecordsFile, UserRecord};
 pub use gate::PgWriteGate;
 pub use qos::{QosSpec, QosState};

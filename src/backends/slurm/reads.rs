@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::{Association, Slurm, SlurmError};
+use super::{Association, Shared, Slurm, SlurmError};
 use crate::domain::names::SlurmAccount;
 
-/// A read's answer (or its error: retryable, text) and the effects it recorded.
-type Answer = Option<(Result<Vec<Association>, (bool, String)>, Vec<serde_json::Value>)>;
+/// A read's answer (or its error) and the effects it recorded.
+type Answer = Option<(Result<Vec<Association>, Shared>, Vec<serde_json::Value>)>;
 
 #[derive(Default)]
 pub struct SharedReads {
@@ -46,7 +46,7 @@ impl SharedReads {
                         let _turn = turn.lock().await;
                         pending.lock().expect("reads").remove(&key);
                         let (r, effects) = crate::effects::collect(inner.associations(&accounts)).await;
-                        let r = r.map_err(|e| (e.is_retryable(), e.to_string()));
+                        let r = r.map_err(|e| e.shared());
                         tx.send_replace(Some((r, effects)));
                     });
                     rx
@@ -57,9 +57,9 @@ impl SharedReads {
         match answer {
             Some((r, effects)) => {
                 effects.into_iter().for_each(crate::effects::record);
-                r.map_err(|(retryable, detail)| SlurmError::Batch { retryable, detail })
+                r.map_err(SlurmError::from)
             }
-            None => Err(SlurmError::Batch { retryable: true, detail: "the shared read was abandoned".into() }),
+            None => Err(Shared::abandoned("shared read").into()),
         }
     }
 }
