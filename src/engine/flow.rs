@@ -87,7 +87,8 @@ impl Jobs {
 
     /// Records at once that `job` made the effect named `mark` (see [`super::marks`]).
     pub async fn mark(&self, job: i64, mark: &str) -> Result<(), EngineError> {
-        super::marks::mark(self.0.pool(), job, mark).await
+        let pool = self.0.marks.get_or_init(|| async { super::marks::pool(self.0.pool()) }).await;
+        super::marks::mark(pool, job, mark).await
     }
 
     /// Whether `job` recorded the effect named `mark`.

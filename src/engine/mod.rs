@@ -71,11 +71,13 @@ pub enum EngineError {
 pub struct Engine {
     pool: PgPool,
     registry: Arc<Registry>,
+    /// A few connections of their own for step marks (see [`marks`]), opened on first use.
+    marks: Arc<tokio::sync::OnceCell<PgPool>>,
 }
 
 impl Engine {
     pub fn new(pool: PgPool, registry: Registry) -> Self {
-        Self { pool, registry: Arc::new(registry) }
+        Self { pool, registry: Arc::new(registry), marks: Arc::default() }
     }
 
     pub fn pool(&self) -> &PgPool {
