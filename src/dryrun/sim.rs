@@ -115,6 +115,8 @@ impl Host {
                     let (uid, gid) = owner.as_deref().and_then(|o| o.split_once(':')).unwrap_or(("0", "0"));
                     Output { stdout: format!("{uid}\n{gid}\ndry-run\n"), ..status(0) }
                 }
+                // a simulation has run no jobs: no earlier smoke job
+                "squeue" | "sacct" => status(0),
                 "sbatch" => Output {
                     stderr: "sbatch: Job 1 to start at now using 1 processors on nodes dry-run in partition main\n"
                         .into(),

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::backends::{Backends, StepError};
 use super::{StepResult, earlier, finish, specs};
 use crate::backends::kubernetes::keys::KeyState;
-use crate::backends::kubernetes::login::HomeOutcome;
+use crate::backends::kubernetes::login::{HomeOutcome, SMOKE_JOB, SmokeRun};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::sshkey::PublicKey;
 use crate::engine::{Actor, Claim, Flow, NewJob, RetryPolicy, StepCtx, StepFuture, Transition};
@@ -358,7 +358,9 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
 /// `sbatch --test-only` succeeds, association visible.
 async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let (r, k) = (resolved(ctx)?, b.k8s_names(&n.tenant)?);
-    let rep = b.login(k).smoke_test(&n.user, &n.account, r.uid, r.gid).await.step("smoke test")?;
+    // named after this job: a later attempt finds a job an attempt cut by a kill ran, in sacct
+    let run = SmokeRun { name: format!("{SMOKE_JOB}-job{}", ctx.job_id), again: ctx.attempt > 1 };
+    let rep = b.login(k).smoke_test_once(&n.user, &n.account, (r.uid, r.gid), &run).await.step("smoke test")?;
     if let Some(why) = rep.retry_reason() {
         return Ok(Transition::Retry(why));
     }

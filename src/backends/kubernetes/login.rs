@@ -232,7 +232,13 @@ impl LoginPod {
     /// node, with the tenant's account and the smoke gres. Bounded: it waits for resources at most
     /// half the command timeout (`--immediate`, at most a minute) and runs at most a minute.
     pub fn srun_ids(&self, user: &Username, account: &SlurmAccount) -> Command {
-        let mut c = self.as_user(user).args(["srun", "--quiet", "--ntasks=1", "--time=1", "--job-name=onramp-smoke"]);
+        self.srun_named(user, account, SMOKE_JOB)
+    }
+
+    /// [`Self::srun_ids`] under the job name `name`.
+    pub fn srun_named(&self, user: &Username, account: &SlurmAccount, name: &str) -> Command {
+        let mut c =
+            self.as_user(user).args(["srun", "--quiet", "--ntasks=1", "--time=1"]).arg(format!("--job-name={name}"));
         let wait = (self.timeout.as_secs() / 2).clamp(1, 60);
         c = c.arg(format!("--immediate={wait}")).arg(format!("--account={account}"));
         if !self.settings.smoke_gres.is_empty() {
@@ -243,7 +249,23 @@ impl LoginPod {
 
     /// Runs [`Self::srun_ids`]; a refused or failed step is reported, not an error.
     pub async fn compute_ids(&self, user: &Username, account: &SlurmAccount) -> Result<ComputeIds, LoginError> {
-        let srun = self.run(self.srun_ids(user, account)).await?;
+        self.compute_ids_once(user, account, &SmokeRun::default()).await
+    }
+
+    /// As [`Self::compute_ids`], under `run`'s job name; when `run.again`, the job an earlier
+    /// attempt ran under that name is looked up first (see [`Self::earlier_smoke`]).
+    pub async fn compute_ids_once(
+        &self,
+        user: &Username,
+        account: &SlurmAccount,
+        run: &SmokeRun,
+    ) -> Result<ComputeIds, LoginError> {
+        if run.again
+            && let Some(done) = self.earlier_smoke(user, &run.name).await?
+        {
+            return Ok(done);
+        }
+        let srun = self.run(self.srun_named(user, account, &run.name)).await?;
         if !srun.success() {
             return Ok(ComputeIds { srun, ..Default::default() });
         }
@@ -265,6 +287,17 @@ impl LoginPod {
         uid: u32,
         gid: u32,
     ) -> Result<SmokeReport, LoginError> {
+        self.smoke_test_once(user, account, (uid, gid), &SmokeRun::default()).await
+    }
+
+    /// [`Self::smoke_test`] whose compute job runs once per `run` (see [`Self::compute_ids_once`]).
+    pub async fn smoke_test_once(
+        &self,
+        user: &Username,
+        account: &SlurmAccount,
+        (uid, gid): (u32, u32),
+        run: &SmokeRun,
+    ) -> Result<SmokeReport, LoginError> {
         let id = self.must(self.as_user(user).arg("id")).await?;
         let field = |name: &str| {
             id.stdout
@@ -284,7 +317,7 @@ impl LoginPod {
             .arg("format=account");
         let accounts =
             self.must(assoc).await?.stdout.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
-        let compute = self.compute_ids(user, account).await?;
+        let compute = self.compute_ids_once(user, account, run).await?;
         Ok(SmokeReport {
             uid: u,
             gid: g,
@@ -295,6 +328,62 @@ impl LoginPod {
             compute,
         })
     }
+}
+
+/// The smoke test's job name when no run names it.
+pub const SMOKE_JOB: &str = "onramp-smoke";
+
+/// Which smoke job a run is: its job name, and whether an earlier attempt may have run it.
+#[derive(Clone, Debug)]
+pub struct SmokeRun {
+    pub name: String,
+    pub again: bool,
+}
+
+impl Default for SmokeRun {
+    fn default() -> Self {
+        Self { name: SMOKE_JOB.into(), again: false }
+    }
+}
+
+impl LoginPod {
+    /// The smoke job an earlier attempt ran under `name`, as the user: from slurmctld (`squeue -t
+    /// all`, which still lists jobs that ended in the last MinJobAge, at once), else from Slurm's
+    /// accounting (`sacct`, the last 7 days; it learns of a job's end a moment later). One that
+    /// completed is that attempt's result, whose worker died before recording it: its ids and node
+    /// are taken from the record and the job is not run again. One still pending or running is a
+    /// retryable error (wait for it). `None`: none ran, or none completed.
+    pub async fn earlier_smoke(&self, user: &Username, name: &str) -> Result<Option<ComputeIds>, LoginError> {
+        let squeue = self.as_user(user).args(["squeue", "-h", "-t", "all", "-o", "%i|%T|%U|%G|%N"]);
+        let out = self.must(squeue.arg(format!("--name={name}"))).await?;
+        if let Some(found) = earlier_in(&out.stdout, name)? {
+            return Ok(Some(found));
+        }
+        let sacct = self.as_user(user).args(["sacct", "-n", "-P", "-X", "-S", "now-7days"]);
+        let out = self.must(sacct.arg(format!("--name={name}")).arg("--format=JobID,State,UID,GID,NodeList")).await?;
+        earlier_in(&out.stdout, name)
+    }
+}
+
+/// The smoke job in `JobID|State|UID|GID|NodeList` lines (see [`LoginPod::earlier_smoke`]).
+fn earlier_in(lines: &str, name: &str) -> Result<Option<ComputeIds>, LoginError> {
+    for line in lines.lines() {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        let [job, state, uid, gid, node] = f[..] else { continue };
+        if state.starts_with("COMPLETED") {
+            let srun = Output {
+                stdout: format!("{uid}\n{gid}\n{node}\n"),
+                stderr: format!("job {job} of an earlier attempt, completed"),
+                ..Default::default()
+            };
+            return Ok(Some(ComputeIds { uid: uid.parse().ok(), gid: gid.parse().ok(), node: node.into(), srun }));
+        }
+        if ["PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED"].iter().any(|s| state.starts_with(s)) {
+            let why = format!("the smoke job {job} ({name}) of an earlier attempt is still {state}");
+            return Err(LoginError::Transport(TransportError::Transient(why)));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

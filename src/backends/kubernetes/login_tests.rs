@@ -103,3 +103,57 @@ async fn a_compute_node_that_resolves_other_numbers_fails_with_the_runbooks_diag
     let e = pod(&answering(login, junk)).smoke_test(&u, &a, 5001, 5001).await.unwrap_err();
     assert!(matches!(e, LoginError::Unreadable { .. }), "{e:?}");
 }
+
+/// As [`answering`], and `squeue` and `sacct` answer (the smoke jobs of earlier attempts).
+fn answering_slurm(squeue_out: &'static str, sacct_out: &'static str) -> Recorder {
+    let login = "uid=5001(alice) gid=5001(alice) groups=5001(alice)\n";
+    Recorder::replying(move |c| match c.argv().get(4).map(String::as_str) {
+        Some("id") => Output { stdout: login.into(), ..Default::default() },
+        Some("srun") => Output { stdout: "5001\n5001\nworker-0\n".into(), ..Default::default() },
+        Some("squeue") => Output { stdout: squeue_out.into(), ..Default::default() },
+        Some("sacct") => Output { stdout: sacct_out.into(), ..Default::default() },
+        Some("sacctmgr") => Output { stdout: "tenant-foo\n".into(), ..Default::default() },
+        _ => Output::default(),
+    })
+}
+
+#[tokio::test]
+async fn a_smoke_job_an_earlier_attempt_completed_is_not_run_again() {
+    let (u, a) = (Username::parse("alice").unwrap(), SlurmAccount::parse("tenant-foo").unwrap());
+    let run = SmokeRun { name: "onramp-smoke-job7".into(), again: true };
+    let sruns = |r: &Recorder| r.commands().iter().filter(|c| c.argv().get(4).is_some_and(|a| a == "srun")).count();
+
+    // completed, as slurmctld still lists it or as accounting has it: taken from there, no srun
+    let done = "41|COMPLETED|5001|5001|worker-1\n";
+    for (squeue, sacct, asked) in [(done, "", "squeue"), ("", done, "sacct")] {
+        let r = answering_slurm(squeue, sacct);
+        let rep = pod(&r).smoke_test_once(&u, &a, (5001, 5001), &run).await.unwrap();
+        assert!(rep.passed(), "{:?}", rep.problems());
+        assert_eq!((rep.compute.uid, rep.compute.node.as_str()), (Some(5001), "worker-1"));
+        assert_eq!(sruns(&r), 0);
+        let look = r.commands().into_iter().find(|c| c.argv()[4] == asked).unwrap();
+        assert!(look.argv().contains(&"--name=onramp-smoke-job7".to_string()), "{look}");
+    }
+
+    // none, or only a failed one: run now, under the job's name
+    for out in ["", "40|FAILED|5001|5001|worker-1\n"] {
+        let r = answering_slurm(out, out);
+        assert!(pod(&r).smoke_test_once(&u, &a, (5001, 5001), &run).await.unwrap().passed());
+        assert_eq!(sruns(&r), 1);
+        let srun = r.commands().into_iter().find(|c| c.argv()[4] == "srun").unwrap();
+        assert!(srun.argv().contains(&"--job-name=onramp-smoke-job7".to_string()), "{srun}");
+    }
+
+    // still running: wait for it (retryable), run nothing
+    let r = answering_slurm("42|RUNNING|5001|5001|worker-1\n", "");
+    let e = pod(&r).smoke_test_once(&u, &a, (5001, 5001), &run).await.unwrap_err();
+    assert!(e.is_retryable() && e.to_string().contains("still RUNNING"), "{e}");
+    assert_eq!(sruns(&r), 0);
+
+    // a first attempt does not look
+    let r = answering_slurm(done, done);
+    let first = SmokeRun { again: false, ..run };
+    pod(&r).smoke_test_once(&u, &a, (5001, 5001), &first).await.unwrap();
+    let looked = r.commands().iter().any(|c| ["squeue", "sacct"].contains(&c.argv()[4].as_str()));
+    assert_eq!((sruns(&r), looked), (1, false));
+}

@@ -265,11 +265,11 @@ async fn check(
     assert!(concurrent.is_empty(), "steps of one subject ran at once: {concurrent:?}");
 }
 
-/// Successful smoke-test job steps (`srun --job-name=onramp-smoke` through a login pod) by user.
+/// Successful smoke-test job steps (`srun --job-name=onramp-smoke-job<id>` through a login pod) by user.
 async fn smoke_tests(w: &World) -> BTreeMap<String, usize> {
     let mut n = BTreeMap::new();
     for e in w.k8s.execs().await.unwrap() {
-        let smoke = e.argv.iter().any(|a| a == "--job-name=onramp-smoke");
+        let smoke = e.argv.iter().any(|a| a.starts_with("--job-name=onramp-smoke"));
         if smoke
             && e.code == Some(0)
             && let Some(i) = e.argv.iter().position(|a| a == "-u")
