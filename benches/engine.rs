@@ -86,6 +86,10 @@ async fn count_open(pool: &PgPool) -> i64 {
     sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(pool).await.unwrap()
 }
 
+async fn wal_lsn(pool: &PgPool) -> String {
+    sqlx::query_scalar("select pg_current_wal_lsn()::text").fetch_one(pool).await.unwrap()
+}
+
 async fn throughput(admin: &str) {
     let jobs: usize = env("BENCH_JOBS", 20_000);
     let workers: usize = env("BENCH_WORKERS", 2);
@@ -97,12 +101,20 @@ async fn throughput(admin: &str) {
     for _ in 0..jobs / 1000 {
         engine.enqueue(&batch).await.unwrap();
     }
+    // WAL written while draining (the whole server's; nothing else should run): what a job costs on disk
+    let lsn0 = wal_lsn(&pool).await;
     let t0 = Instant::now();
     let (stop, handles) = start_workers(&engine, workers, concurrency);
     while count_open(&pool).await > 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
+    let wal: f64 = sqlx::query_scalar("select pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8")
+        .bind(wal_lsn(&pool).await)
+        .bind(lsn0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     stop.cancel();
     for h in handles {
         h.await.unwrap();
@@ -111,7 +123,8 @@ async fn throughput(admin: &str) {
     println!(
         "{}",
         json!({"system": "onramp", "measure": "throughput", "jobs": done, "workers": workers,
-               "concurrency": concurrency, "seconds": secs, "jobs_per_s": done as f64 / secs})
+               "concurrency": concurrency, "seconds": secs, "jobs_per_s": done as f64 / secs,
+               "wal_bytes_per_job": (wal / done as f64).round()})
     );
     drop_db(admin, "onramp_bench_throughput").await;
 }

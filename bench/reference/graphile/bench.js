@@ -119,6 +119,9 @@ async function drainOnce() {
     const db = new Client({ connectionString: dbUrl });
     await db.connect();
     try {
+      // WAL written while draining (the whole server's; nothing else should run): what a job costs on disk
+      const lsn = async () => (await db.query("select pg_current_wal_lsn()::text l")).rows[0].l;
+      const lsn0 = await lsn();
       const t0 = performance.now();
       children.forEach((c) => c.send("go"));
       // Completed jobs are deleted, so "no rows left" means all done (failed ones would stay).
@@ -126,7 +129,9 @@ async function drainOnce() {
         async () => !(await db.query("select exists(select 1 from graphile_worker._private_jobs) e")).rows[0].e,
         Math.max(120_000, JOBS * 5), 20, "queue to drain",
       );
-      return { seconds: (performance.now() - t0) / 1000, enqueueSeconds };
+      const seconds = (performance.now() - t0) / 1000;
+      const wal = (await db.query("select pg_wal_lsn_diff($1, $2)::float8 d", [await lsn(), lsn0])).rows[0].d;
+      return { seconds, enqueueSeconds, walBytesPerJob: wal / JOBS };
     } finally {
       await db.end();
       await Promise.all(children.map((c) => new Promise((r) => (c.once("exit", r), c.send("stop")))));
@@ -146,6 +151,7 @@ async function throughput() {
     seconds: +median.seconds.toFixed(3), jobs_per_s: Math.round(JOBS / median.seconds),
     procs: PROCS, concurrency: CONCURRENCY, enqueue_s: +median.enqueueSeconds.toFixed(3),
     runs_jobs_per_s: runs.map((r) => Math.round(JOBS / r.seconds)),
+    wal_bytes_per_job: Math.round(median.walBytesPerJob),
   };
 }
 
