@@ -87,13 +87,18 @@ impl Jobs {
 
     /// Records at once that `job` made the effect named `mark` (see [`super::marks`]).
     pub async fn mark(&self, job: i64, mark: &str) -> Result<(), EngineError> {
-        let pool = self.0.marks.get_or_init(|| async { super::marks::pool(self.0.pool()) }).await;
-        super::marks::mark(pool, job, mark).await
+        super::marks::mark(self.marks_pool().await, job, mark).await
+    }
+
+    /// The marks' own connections, opened on first use (by [`Self::marked`], before the effect,
+    /// so that the mark after it does not wait for a connection to open).
+    async fn marks_pool(&self) -> &sqlx::PgPool {
+        self.0.marks.get_or_init(|| async { super::marks::pool(self.0.pool()) }).await
     }
 
     /// Whether `job` recorded the effect named `mark`.
     pub async fn marked(&self, job: i64, mark: &str) -> Result<bool, EngineError> {
-        super::marks::marked(self.0.pool(), job, mark).await
+        super::marks::marked(self.marks_pool().await, job, mark).await
     }
 
     /// Whether jobs of this kind can be enqueued (declared or runnable in this process).

@@ -16,7 +16,7 @@ use super::EngineError;
 /// The marks' own connections, to the same database as `main`.
 pub fn pool(main: &PgPool) -> PgPool {
     PgPoolOptions::new()
-        .max_connections(2)
+        .max_connections(4)
         .after_connect(|conn, _| {
             Box::pin(async move { conn.execute("set synchronous_commit = off").await.map(|_| ()) })
         })

@@ -228,8 +228,8 @@ async fn check(
     let mails = onboarding::mail_by_user(w, staying);
     f.add("doubled_emails", mails.values().filter(|ids| ids.len() > 1).count());
     f.add("email_copies_sent_again", mails.values().flat_map(|ids| ids.values()).map(|n| n - 1).sum::<usize>());
-    let smoke = smoke_tests(w).await;
     let everyone: Vec<&User> = staying.iter().chain(leaving).collect();
+    let smoke = smoke_tests(w, &everyone).await;
     let interrupted: BTreeSet<String> = w.db.interrupted("smoke_test").await.into_iter().collect();
     for u in &everyone {
         let n = smoke.get(&u.username).copied().unwrap_or(0);
@@ -265,19 +265,25 @@ async fn check(
     assert!(concurrent.is_empty(), "steps of one subject ran at once: {concurrent:?}");
 }
 
-/// Successful smoke-test job steps (`srun --job-name=onramp-smoke-job<id>` through a login pod) by user.
-async fn smoke_tests(w: &World) -> BTreeMap<String, usize> {
-    let mut n = BTreeMap::new();
-    for e in w.k8s.execs().await.unwrap() {
-        let smoke = e.argv.iter().any(|a| a.starts_with("--job-name=onramp-smoke"));
-        if smoke
-            && e.code == Some(0)
-            && let Some(i) = e.argv.iter().position(|a| a == "-u")
-        {
-            *n.entry(e.argv[i + 1].clone()).or_default() += 1;
+/// Smoke-test jobs that ran to completion, by user, as Slurm's accounting has them (`sacct`, the
+/// jobs named `onramp-smoke-job<id>`): the truth, whatever the exec that started one saw. Read
+/// until every one of `users` has one (accounting learns of a job's end a moment later).
+async fn smoke_tests(w: &World, users: &[&User]) -> BTreeMap<String, usize> {
+    crate::world::eventually(Duration::from_secs(60), "every user's smoke job in sacct", || async {
+        let out = cluster::run(&["sacct", "-n", "-P", "-X", "-a", "-S", &w.started, "--format=JobName,User,State"]);
+        let mut n = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let f: Vec<&str> = line.split('|').collect();
+            if let [name, user, state] = f[..]
+                && name.starts_with("onramp-smoke-job")
+                && state.starts_with("COMPLETED")
+            {
+                *n.entry(user.to_string()).or_default() += 1;
+            }
         }
-    }
-    n
+        users.iter().all(|u| n.contains_key(&u.username)).then_some(n)
+    })
+    .await
 }
 
 /// Pairs of step runs of one subject whose times overlap (runs cut short by a kill excluded: they

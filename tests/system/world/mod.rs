@@ -74,6 +74,8 @@ pub struct World {
     /// The API token (the Secret's `api-token`).
     pub api_token: String,
     pub http: reqwest::Client,
+    /// When the world started, as Slurm's `-S` takes it (for `sacct` of this world's jobs only).
+    pub started: String,
     _fakes: Vec<tokio::process::Child>,
     _one: tokio::sync::MutexGuard<'static, ()>,
 }
@@ -81,6 +83,7 @@ pub struct World {
 impl World {
     pub async fn start(opts: Options) -> Self {
         let one = ONE.lock().await;
+        let started = String::from_utf8_lossy(&cluster::run(&["date", "+%FT%T"]).stdout).trim().to_string();
         slurm_cluster_up();
         // every tenant's Slurm state goes, also of a tenant this world does not have
         cluster::delete_slurm_state(&cluster::tenants());
@@ -179,6 +182,7 @@ impl World {
             api_token,
             http: reqwest::Client::new(),
             _fakes: vec![k8s_child, ak_child],
+            started,
             _one: one,
         };
         for i in 0..w.opts.workers {
