@@ -65,15 +65,23 @@ async fn managed_keys_use_server_side_apply() {
     let data = fake.get(SECRET).unwrap()["data"].clone();
     assert!(data.get("alice").is_none() && data.get("bob").is_some(), "{data}");
 
-    // Someone else changed the Secret between our read and our write: 409, retryable.
+    // Someone else changed the Secret between our read and our write: 409; read and applied again.
+    let patches = fake.patches().len();
     fake.fault(Method::PATCH, "authorized-keys", Fault::Status(409, None));
-    let e = k8s.put_key(&tenant(), &alice, &ka).await.unwrap_err();
-    assert!(e.is_retryable(), "{e}");
+    assert_eq!(k8s.put_key(&tenant(), &alice, &ka).await.unwrap(), Applied::Changed);
+    assert_eq!(fake.patches().len(), patches + 1, "the conflicting patch was not taken; the next one was");
+    assert_eq!(k8s.key_state(&tenant(), &alice, &ka).await.unwrap(), KeyState::Matches);
+    // A conflict on every try: after a few, a retryable error for the step.
+    for _ in 0..8 {
+        fake.fault(Method::PATCH, "authorized-keys", Fault::Status(409, None));
+    }
+    let e = k8s.remove_key(&tenant(), &alice).await.unwrap_err();
+    assert!(e.is_retryable() && e.to_string().contains("409"), "{e}");
 }
 
 /// Twenty users' first keys at once, on a tenant whose Secret does not exist yet: every write
-/// carries a version (the Secret is created empty first), so retrying on 409 as the engine does
-/// loses none of them.
+/// carries a version (the Secret is created empty first), so retrying on 409 loses none of them;
+/// in one process they take turns, so none needs the step's retry.
 #[tokio::test]
 async fn concurrent_first_keys_are_all_kept() {
     let (fake, _) = cluster().await;
@@ -83,9 +91,9 @@ async fn concurrent_first_keys_are_all_kept() {
         let (k8s, key) = (k8s.clone(), key.clone());
         tokio::spawn(async move {
             let user = Username::parse(&format!("user{i}")).unwrap();
-            for _ in 0..50 {
+            for attempt in 1..=50 {
                 match k8s.put_key(&tenant(), &user, &key).await {
-                    Ok(_) => return,
+                    Ok(_) => return attempt,
                     Err(e) if e.is_retryable() => continue,
                     Err(e) => panic!("{e}"),
                 }
@@ -94,7 +102,7 @@ async fn concurrent_first_keys_are_all_kept() {
         })
     });
     for w in writes.collect::<Vec<_>>() {
-        w.await.unwrap();
+        assert_eq!(w.await.unwrap(), 1, "a write needed the step's retry");
     }
     let data = fake.get(SECRET).unwrap()["data"].clone();
     let kept = (0..20).filter(|i| data.get(format!("user{i}")).is_some()).count();

@@ -8,8 +8,16 @@
 //! onramp stops applying (a removed user) is deleted by the API server. A missing Secret is first
 //! created empty (plain create: of two concurrent first writers one gets 409 and retries), so
 //! every apply carries a version and no concurrent write is lost.
+//!
+//! A class of new users onboarded at once all write one Secret: in one process the writes to a
+//! Secret take turns (they would only conflict), and a 409 from another writer (a replica) is
+//! answered by reading again and applying again, a few times with a short jittered pause, before it
+//! is returned as a retryable error (a thousand onboardings at once gave up on 10 keys after the
+//! step's 8 attempts when each conflict cost an attempt).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -106,13 +114,34 @@ impl K8s {
     async fn edit_keys(
         &self,
         names: &K8sNames,
-        edit: impl FnOnce(&mut BTreeMap<String, ByteString>) -> bool,
+        edit: impl Fn(&mut BTreeMap<String, ByteString>) -> bool,
     ) -> Result<Applied, K8sError> {
-        let name = names.keys_secret.clone();
-        let ns = names.namespace.as_str();
         if !self.settings().manage_keys {
             return Err(K8sError::Config("onramp does not manage key Secrets (--manage-keys is off)".into()));
         }
+        let turn = self.key_writes.of(&format!("{}/{}", names.namespace.as_str(), names.keys_secret));
+        let _turn = turn.lock().await;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.edit_keys_once(names, &edit).await {
+                Err(K8sError::Api { code: 409, .. }) if tries < CONFLICT_TRIES => {
+                    let pause = Duration::from_millis(5 << tries.min(5)).mul_f64(0.5 + fastrand::f64());
+                    tokio::time::sleep(pause).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One read and one conditional apply.
+    async fn edit_keys_once(
+        &self,
+        names: &K8sNames,
+        edit: &impl Fn(&mut BTreeMap<String, ByteString>) -> bool,
+    ) -> Result<Applied, K8sError> {
+        let name = names.keys_secret.clone();
+        let ns = names.namespace.as_str();
         let current = match self.read_secret(names).await? {
             Some(s) => Some(s),
             None => {
@@ -157,6 +186,19 @@ impl K8s {
             Err(K8sError::Api { code: 409, .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// How many times a write answered 409 is read and applied again before the 409 is returned.
+const CONFLICT_TRIES: u32 = 8;
+
+/// A lock per key Secret, shared by the writes of one process.
+#[derive(Clone, Default)]
+pub(super) struct Writers(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>);
+
+impl Writers {
+    fn of(&self, secret: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.0.lock().expect("key writers").entry(secret.to_string()).or_default().clone()
     }
 }
 

@@ -28,6 +28,8 @@ pub use settings::K8sSettings;
 pub struct K8s {
     client: kube::Client,
     settings: K8sSettings,
+    /// One write at a time per key Secret in this process (see [`keys`]).
+    key_writes: keys::Writers,
 }
 
 impl K8s {
@@ -66,7 +68,7 @@ impl K8s {
 
     fn with_config(config: kube::Config, settings: K8sSettings) -> Result<Self, K8sError> {
         let client = kube::Client::try_from(config).map_err(|e| K8sError::Config(e.to_string()))?;
-        Ok(Self { client, settings })
+        Ok(Self { client, settings, key_writes: Default::default() })
     }
 
     pub fn settings(&self) -> &K8sSettings {
