@@ -355,7 +355,8 @@ impl LoginPod {
     /// retryable error (wait for it). `None`: none ran, or none completed.
     pub async fn earlier_smoke(&self, user: &Username, name: &str) -> Result<Option<ComputeIds>, LoginError> {
         let squeue = self.as_user(user).args(["squeue", "-h", "-t", "all", "-o", "%i|%T|%U|%G|%N"]);
-        let out = self.must(squeue.arg(format!("--name={name}"))).await?;
+        // this user's only: another onramp (a staging one) may name its own jobs alike
+        let out = self.must(squeue.arg(format!("--user={user}")).arg(format!("--name={name}"))).await?;
         if let Some(found) = earlier_in(&out.stdout, name)? {
             return Ok(Some(found));
         }

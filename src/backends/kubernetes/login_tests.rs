@@ -133,6 +133,9 @@ async fn a_smoke_job_an_earlier_attempt_completed_is_not_run_again() {
         assert_eq!(sruns(&r), 0);
         let look = r.commands().into_iter().find(|c| c.argv()[4] == asked).unwrap();
         assert!(look.argv().contains(&"--name=onramp-smoke-job7".to_string()), "{look}");
+        if asked == "squeue" {
+            assert!(look.argv().contains(&"--user=alice".to_string()), "{look}");
+        }
     }
 
     // none, or only a failed one: run now, under the job's name
