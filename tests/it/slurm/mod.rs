@@ -53,7 +53,13 @@ pub fn slurm() -> SlurmCli {
 /// loses one of two concurrent writes): the tests run in parallel.
 pub fn writes() -> Arc<dyn WriteGate> {
     static GATE: OnceLock<Arc<dyn WriteGate>> = OnceLock::new();
-    GATE.get_or_init(|| Arc::new(OneAtATime(Arc::new(tokio::sync::Mutex::new(()))))).clone()
+    GATE.get_or_init(|| Arc::new(OneAtATime(write_lock()))).clone()
+}
+
+/// The lock behind [`writes`], also taken by [`Cleanup`]'s deletes.
+fn write_lock() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    LOCK.get_or_init(Arc::default).clone()
 }
 
 struct OneAtATime(Arc<tokio::sync::Mutex<()>>);
@@ -111,15 +117,24 @@ impl Drop for Cleanup {
         {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        if !self.users.is_empty() {
-            run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", self.users.join(","))]);
-        }
-        while !list.is_empty()
-            && run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={list}")]).contains("Job(s) active")
-            && std::time::Instant::now() < end
-        {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        // the deletes are writes too: one at a time with the other tests' (taken on a thread of its
+        // own: this one may be an async runtime's)
+        let lock = write_lock();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _turn = lock.blocking_lock();
+                if !self.users.is_empty() {
+                    run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", self.users.join(","))]);
+                }
+                while !list.is_empty()
+                    && run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={list}")])
+                        .contains("Job(s) active")
+                    && std::time::Instant::now() < end
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            });
+        });
     }
 }
 
