@@ -2,7 +2,7 @@
 //! their results in batches. No database transaction is open while a step runs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,6 +61,11 @@ pub(super) struct Shared {
     pub(super) wake: Notify,
     /// Set when the worker stops claiming; steps finish but do not continue to the next step.
     pub(super) stopping: CancellationToken,
+    /// The last claim took as many steps as it asked for: more may be due than there are slots.
+    /// A finished step then gives its slot up (its job's next step queues behind the steps that
+    /// were due before it) instead of going on in it: breadth first, so that a thousand jobs
+    /// reach a batched step together rather than one slot's worth at a time.
+    pub(super) backlog: AtomicBool,
 }
 
 type Writes = mpsc::Sender<(StepWrite, oneshot::Sender<bool>)>;
@@ -84,6 +89,7 @@ pub async fn run(
         inflight: Mutex::default(),
         wake: Notify::new(),
         stopping: shutdown.clone(),
+        backlog: AtomicBool::new(false),
     });
     let background = CancellationToken::new();
     let listener = tokio::spawn(listen(shared.clone(), background.clone()));
@@ -166,6 +172,7 @@ async fn claim_loop(
         };
         let got = claimed.len();
         shared.stats.claimed.fetch_add(got as u64, Relaxed);
+        shared.backlog.store(got == asked, Relaxed);
         for (c, permit) in claimed.into_iter().zip(permits.drain(..)) {
             let cancel = CancellationToken::new();
             shared
@@ -244,7 +251,7 @@ async fn run_job(
             steps,
             policy,
             lease: shared.cfg.lease,
-            continue_here: !shared.stopping.is_cancelled(),
+            continue_here: !shared.stopping.is_cancelled() && !shared.backlog.load(Relaxed),
             poll_expired,
             jitter: fastrand::f64(),
         };

@@ -23,11 +23,15 @@ pub(super) async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite
         {
             let mut map = s.inflight.lock().expect("inflight lock");
             for w in &writes {
+                // Only the entry of this attempt: a job written back as due now may have been
+                // claimed again by this worker already, and that claim's entry is another's.
+                let Some(f) = map.get_mut(&w.id).filter(|f| f.step_index == w.step_index && f.attempt == w.attempt)
+                else {
+                    continue;
+                };
                 if accepted.contains(&w.id) && w.new_state == JobState::Running {
-                    if let Some(f) = map.get_mut(&w.id) {
-                        f.step_index = w.new_step_index;
-                        f.attempt = 1;
-                    }
+                    f.step_index = w.new_step_index;
+                    f.attempt = 1;
                 } else {
                     map.remove(&w.id);
                 }
@@ -80,7 +84,9 @@ pub(super) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
             Ok(lost) => {
                 let map = shared.inflight.lock().expect("inflight lock");
                 for id in lost {
-                    if let Some(f) = map.get(&id) {
+                    // the attempt that was renewed, not a later claim of the same job here
+                    let renewed = held.iter().find(|h| h.0 == id).map(|h| (h.1, h.2));
+                    if let Some(f) = map.get(&id).filter(|f| Some((f.step_index, f.attempt)) == renewed) {
                         shared.stats.leases_lost.fetch_add(1, Relaxed);
                         tracing::warn!(job = id, "lost the lease (cancelled or taken over): stopping the step");
                         f.cancel.cancel();

@@ -29,6 +29,10 @@ async fn bulk_onboarding_through_the_service() {
     opts.tenants = 1;
     opts.settings.insert("ONRAMP_PROPAGATION_WAIT".into(), "0s".into());
     opts.settings.insert("ONRAMP_LOG".into(), "warn".into());
+    let concurrency = std::env::var("ONRAMP_BENCH_WORKER_CONCURRENCY").ok();
+    if let Some(c) = &concurrency {
+        opts.settings.insert("ONRAMP_WORKER_CONCURRENCY".into(), c.clone());
+    }
     let mut w = World::start(opts).await;
     let n = users();
     let users = cluster::users(&w.tenants, n);
@@ -75,6 +79,7 @@ async fn bulk_onboarding_through_the_service() {
     let states = w.db.states("user.onboard").await;
     assert_eq!(states.get("succeeded").copied().unwrap_or(0) as usize, n, "{states:?}");
     let adds = batches(&w).await;
+    let timeline = timeline(&w, t0).await;
     let reference = one_by_one(&t.account, 50);
     w.stop().await;
 
@@ -85,9 +90,10 @@ async fn bulk_onboarding_through_the_service() {
         "{}",
         serde_json::json!({
             "system": "onramp", "measure": "bulk_onboarding", "users": n,
+            "worker_concurrency": concurrency.unwrap_or_else(|| "default".into()),
             "associations_verified_s": assoc_s, "onboardings_succeeded_s": jobs_s,
             "runbook_one_by_one_s": runbook_s, "runbook_measured_on": 50,
-            "speedup": runbook_s / assoc_s, "sacctmgr_add_user_calls": adds,
+            "speedup": runbook_s / assoc_s, "sacctmgr_add_user_calls": adds, "steps": timeline,
         })
     );
 }
@@ -102,6 +108,31 @@ async fn batches(w: &World) -> i64 {
     .fetch_one(&w.db.pool)
     .await
     .unwrap()
+}
+
+/// Where the time went, per step of every job: attempts, when the first started and the last
+/// finished (seconds from the first delivery), and the median and 95th percentile of an attempt.
+async fn timeline(w: &World, t0: time::OffsetDateTime) -> serde_json::Value {
+    let rows: Vec<(String, String, i64, f64, f64, f64, f64)> = sqlx::query_as(
+        "select j.kind, s.step, count(*),
+                extract(epoch from min(s.started_at) - $1)::float8,
+                extract(epoch from max(s.finished_at) - $1)::float8,
+                (percentile_cont(0.5) within group (order by extract(epoch from s.finished_at - s.started_at)))::float8,
+                (percentile_cont(0.95) within group (order by extract(epoch from s.finished_at - s.started_at)))::float8
+         from step_runs s join jobs j on j.id = s.job_id
+         group by j.kind, s.step order by 4",
+    )
+    .bind(t0)
+    .fetch_all(&w.db.pool)
+    .await
+    .unwrap();
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    rows.into_iter()
+        .map(|(kind, step, n, first, last, p50, p95)| {
+            serde_json::json!({ "step": format!("{kind}/{step}"), "attempts": n, "first_started_s": round(first),
+                                "last_finished_s": round(last), "p50_s": round(p50), "p95_s": round(p95) })
+        })
+        .collect()
 }
 
 /// The runbook's way: one `sacctmgr -i add user` per user, timed on `n` users (removed after).

@@ -122,6 +122,9 @@ pub struct StorageArgs {
     /// Longest wait for one storage command.
     #[arg(long, env = "ONRAMP_STORAGE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub storage_timeout: Duration,
+    /// Storage commands one process runs at once (the others wait their turn).
+    #[arg(long, env = "ONRAMP_STORAGE_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub storage_concurrency: u16,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -211,6 +214,7 @@ impl From<StorageArgs> for crate::backends::storage::StorageSettings {
             storage_exists_pattern: a.storage_exists_pattern,
             storage_run_in: a.storage_run_in,
             storage_timeout: a.storage_timeout,
+            storage_concurrency: a.storage_concurrency,
         }
     }
 }

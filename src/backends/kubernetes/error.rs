@@ -80,6 +80,30 @@ impl K8sError {
         }
     }
 
+    /// The same error for another caller (a grouped write answers each of its edits); a
+    /// connection error keeps its message, not its source.
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Forbidden { call, message } => Self::Forbidden { call: call.clone(), message: message.clone() },
+            Self::NotFound { call, message } => Self::NotFound { call: call.clone(), message: message.clone() },
+            Self::TooManyRequests { call, retry_after } => {
+                Self::TooManyRequests { call: call.clone(), retry_after: *retry_after }
+            }
+            Self::Api { call, code, reason, message } => {
+                Self::Api { call: call.clone(), code: *code, reason: reason.clone(), message: message.clone() }
+            }
+            Self::Connection { call, source } => {
+                Self::Connection { call: call.clone(), source: kube::Error::Service(source.to_string().into()) }
+            }
+            Self::Timeout { call, after } => Self::Timeout { call: call.clone(), after: *after },
+            Self::Invalid { call, what } => Self::Invalid { call: call.clone(), what: what.clone() },
+            Self::NoReadyPod { namespace, deployment } => {
+                Self::NoReadyPod { namespace: namespace.clone(), deployment: deployment.clone() }
+            }
+            Self::Config(m) => Self::Config(m.clone()),
+        }
+    }
+
     /// How long the server asked us to wait, when it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -11,6 +11,7 @@ pub mod api;
 pub mod cleanup;
 pub mod error;
 pub mod exec;
+mod key_group;
 pub mod keys;
 pub mod login;
 pub mod settings;
@@ -28,7 +29,7 @@ pub use settings::K8sSettings;
 pub struct K8s {
     client: kube::Client,
     settings: K8sSettings,
-    /// One write at a time per key Secret in this process (see [`keys`]).
+    /// The writes to each key Secret, grouped in this process (see [`keys`]).
     key_writes: keys::Writers,
 }
 

@@ -1,7 +1,8 @@
 //! [`Batching`]: many concurrent `add_users` calls for one account become one `add user a,b,c`.
 //! The first call for an (account, limits) waits a short window for others, then makes the one
 //! call for all of them; each caller gets the outcome for its own users. Association reads are
-//! shared ([`SharedReads`]); everything else passes through. Onboarding jobs due at the same
+//! shared ([`SharedReads`]), and so are single-user reads ([`SharedUserReads`]); everything else
+//! passes through. Onboarding jobs due at the same
 //! moment run concurrently on a worker, so their associations are created together (the
 //! runbook's batching; `sacctmgr` takes about as long for 100 users as for one).
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::reads::SharedReads;
+use super::user_reads::SharedUserReads;
 use super::*;
 
 /// The batch's result, and the effects (commands) of the one call, which every member's attempt
@@ -30,11 +32,19 @@ pub struct Batching {
     /// Held by the batch being written: one at a time per process.
     turn: tokio::sync::Mutex<()>,
     reads: SharedReads,
+    user_reads: SharedUserReads,
 }
 
 impl Batching {
     pub fn new(inner: Arc<dyn Slurm>, window: Duration) -> Self {
-        Self { inner, window, open: Mutex::default(), turn: tokio::sync::Mutex::new(()), reads: SharedReads::default() }
+        Self {
+            inner,
+            window,
+            open: Mutex::default(),
+            turn: tokio::sync::Mutex::new(()),
+            reads: SharedReads::default(),
+            user_reads: SharedUserReads::default(),
+        }
     }
 
     async fn add(
@@ -142,7 +152,10 @@ impl Slurm for Batching {
         self.inner.qos(names)
     }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
-        self.inner.user(user)
+        Box::pin(self.user_reads.user(&self.inner, user))
+    }
+    fn users<'a>(&'a self, users: &'a [Username]) -> SlurmFuture<'a, BTreeMap<String, UserState>> {
+        self.inner.users(users)
     }
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
         Box::pin(self.reads.associations(&self.inner, accounts))
@@ -282,5 +295,29 @@ mod tests {
         b.add_users(&account, &u, true, &limits).await.unwrap();
         let users = b.associations(std::slice::from_ref(&account)).await.unwrap();
         assert!(users.iter().any(|a| a.user == "grace"), "a later caller gets a later read");
+
+        // concurrent single-user reads are one `show user` of all of them; each gets its own
+        let reads = || log.all().iter().filter(|e| e.call.contains(" show user")).count();
+        let before = reads();
+        let mut tasks = vec![];
+        for name in ["alice", "bob", "grace", "nobody", "alice"] {
+            let b = b.clone();
+            tasks.push(tokio::spawn(crate::effects::collect(async move {
+                (name, b.user(&Username::parse(name).unwrap()).await)
+            })));
+        }
+        for t in tasks {
+            let ((name, r), effects) = t.await.unwrap();
+            let state = r.unwrap();
+            if name == "nobody" {
+                assert!(state.is_none(), "{state:?}");
+            } else {
+                let state = state.unwrap_or_else(|| panic!("{name} is in Slurm"));
+                assert_eq!(state.default_account, "ml");
+                assert!(state.assocs.iter().all(|a| a.user == name && a.account == "ml"), "{name}: {state:?}");
+            }
+            assert!(effects.iter().any(|e| e["call"].as_str().is_some_and(|c| c.contains(" show user"))));
+        }
+        assert_eq!(reads() - before, 1, "five callers, one read");
     }
 }

@@ -246,6 +246,9 @@ impl Slurm for SlurmCli {
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
         Box::pin(async move { Ok(self.read_users(std::slice::from_ref(user)).await?.remove(user.as_str())) })
     }
+    fn users<'a>(&'a self, users: &'a [Username]) -> SlurmFuture<'a, BTreeMap<String, UserState>> {
+        Box::pin(self.read_users(users))
+    }
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
         Box::pin(async move {
             if accounts.is_empty() {

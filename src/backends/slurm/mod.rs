@@ -19,6 +19,7 @@ pub mod parse;
 pub mod qos;
 mod reads;
 mod types;
+mod user_reads;
 mod users;
 mod values;
 
@@ -66,6 +67,8 @@ pub trait Slurm: Send + Sync {
     fn qos<'a>(&'a self, names: &'a [QosName]) -> SlurmFuture<'a, Vec<QosState>>;
     /// The user's default account and associations on the cluster; `None` if Slurm has no such user.
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>>;
+    /// Those of `users` Slurm has, by name, in one read.
+    fn users<'a>(&'a self, users: &'a [Username]) -> SlurmFuture<'a, BTreeMap<String, UserState>>;
     /// Every association (accounts' and users') whose account is one of `accounts`, in one read.
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>>;
 

@@ -123,6 +123,8 @@ pub trait Storage: Send + Sync {
 pub struct CommandStorage {
     transport: Arc<dyn Transport>,
     settings: StorageSettings,
+    /// One permit per command running (`--storage-concurrency`).
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 impl CommandStorage {
@@ -131,7 +133,8 @@ impl CommandStorage {
         for t in [&settings.storage_quota_command, &settings.storage_snapshot_command].into_iter().flatten() {
             Template::parse(t).map_err(StorageError::Unsupported)?;
         }
-        Ok(Self { transport, settings })
+        let running = Arc::new(tokio::sync::Semaphore::new(usize::from(settings.storage_concurrency.max(1))));
+        Ok(Self { transport, settings, running })
     }
 
     /// The command that sets `quota` on `target`.
@@ -205,6 +208,8 @@ impl CommandStorage {
     }
 
     async fn run(&self, cmd: &Command) -> Result<crate::backends::exec::Output, StorageError> {
+        // the timeout is the command's own: waiting for a turn is not the filesystem being slow
+        let _turn = self.running.acquire().await.expect("the semaphore is never closed");
         Ok(self.transport.run(cmd, self.settings.storage_timeout).await?)
     }
 }
@@ -348,5 +353,46 @@ mod tests {
         let r = Recorder::replying(|_| Output { code: 1, stderr: "permission denied".into(), ..Default::default() });
         let e = storage(Backend::Weka, &r).snapshot(&home, &name).await.unwrap_err();
         assert!(!e.is_retryable() && e.to_string().contains("permission denied"));
+    }
+
+    use std::time::Duration;
+
+    /// Counts the commands running at once.
+    #[derive(Default)]
+    struct Counting {
+        now: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Transport for Counting {
+        fn run<'a>(&'a self, _: &'a Command, _: Duration) -> crate::backends::exec::RunFuture<'a> {
+            use std::sync::atomic::Ordering::SeqCst;
+            Box::pin(async move {
+                let now = self.now.fetch_add(1, SeqCst) + 1;
+                self.most.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.now.fetch_sub(1, SeqCst);
+                Ok(Output::default())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn no_more_commands_run_at_once_than_the_setting_allows() {
+        let counting = Arc::new(Counting::default());
+        let s = StorageSettings { storage_concurrency: 3, ..Default::default() };
+        let storage = Arc::new(CommandStorage::new(counting.clone(), s).unwrap());
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..20 {
+            let storage = storage.clone();
+            tasks.spawn(async move {
+                let home: Place = Dir::Home(Username::parse(&format!("u{i}")).unwrap()).into();
+                storage.set_quota(&home, Quota::parse("10GB", "8GB").unwrap()).await.unwrap();
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        assert_eq!(counting.most.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }

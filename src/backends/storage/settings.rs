@@ -61,6 +61,9 @@ pub struct StorageSettings {
     pub storage_run_in: RunIn,
     /// Longest wait for one storage command.
     pub storage_timeout: Duration,
+    /// Storage commands one process runs at once; the steps past it wait their turn (a class of
+    /// a thousand onboardings would otherwise start a thousand CLIs against the filesystem).
+    pub storage_concurrency: u16,
 }
 
 impl Default for StorageSettings {
@@ -82,6 +85,7 @@ impl Default for StorageSettings {
             storage_exists_pattern: "already exists".into(),
             storage_run_in: "local".parse().expect("a default"),
             storage_timeout: Duration::from_secs(60),
+            storage_concurrency: 8,
         }
     }
 }
