@@ -252,6 +252,10 @@ pub struct StepWrite {
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
 pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
+    // in id order, as `renew` locks them: two statements that lock the same rows in one order
+    // do not deadlock
+    let mut writes: Vec<&StepWrite> = writes.iter().collect();
+    writes.sort_by_key(|w| w.id);
     let closes = writes.iter().any(|w| matches!(w.new_state, JobState::Succeeded | JobState::Failed));
     let ids = sqlx::query_scalar(
         "with v as (
@@ -336,6 +340,9 @@ pub(crate) async fn renew(
     lease: Duration,
     held: &[(i64, i32, i32)],
 ) -> Result<Vec<i64>, EngineError> {
+    // in id order, as `write_results` locks them
+    let mut held = held.to_vec();
+    held.sort_unstable();
     let ids = sqlx::query_scalar(
         "with v as (select * from unnest($3::bigint[], $4::int[], $5::int[]) v(id, step_index, attempt)),
          upd as (

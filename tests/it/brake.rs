@@ -224,3 +224,29 @@ async fn concurrent_takers_never_exceed_the_budget() {
     let held = engine.held::<Value>(OFFBOARD_BUDGET).await.unwrap();
     assert!(held.iter().all(|h| h.key != "off:u9"), "what got its slot is no longer held");
 }
+
+#[tokio::test]
+async fn a_user_reconcile_with_nothing_to_offboard_does_not_wait_for_the_budget() {
+    let db = TestDb::new().await;
+    let app = app(&db, brake3()).await;
+    app.add_user(FakeUser::new(1, "member1", &["tenant-foo-users"]));
+    app.cluster.set(&[("tenant-foo", "member1")]);
+    // another path holds the budget's lock (a tenant pass offboarding, say) and does not let go
+    sqlx::query("insert into budgets (name) values ($1) on conflict do nothing")
+        .bind(OFFBOARD_BUDGET)
+        .execute(app.engine.pool())
+        .await
+        .unwrap();
+    let mut holder = app.engine.pool().begin().await.unwrap();
+    sqlx::query("select name from budgets where name = $1 for update")
+        .bind(OFFBOARD_BUDGET)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let id = app.engine.enqueue(&[user_job(1, Actor::reconciler(), "test")]).await.unwrap()[0].id;
+    let w = TestWorker::start(&app.engine, worker_config("w1", Duration::from_secs(5)));
+    let job = wait_state(&app.engine, id, "succeeded", Duration::from_secs(20)).await;
+    assert_eq!(job.outputs["reconcile"]["decision"], "nothing", "{}", job.outputs);
+    holder.rollback().await.unwrap();
+    w.shutdown().await;
+}

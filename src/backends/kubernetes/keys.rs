@@ -23,7 +23,6 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
-pub(super) use super::key_group::Writers;
 use super::{Call, K8s, K8sError};
 use crate::domain::names::Username;
 use crate::domain::sshkey::{PublicKey, keys_in};

@@ -30,7 +30,7 @@ pub struct K8s {
     client: kube::Client,
     settings: K8sSettings,
     /// The writes to each key Secret, grouped in this process (see [`keys`]).
-    key_writes: keys::Writers,
+    key_writes: key_group::Writers,
 }
 
 impl K8s {

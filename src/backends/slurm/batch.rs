@@ -1,8 +1,8 @@
 //! [`Batching`]: many concurrent `add_users` calls for one account become one `add user a,b,c`.
 //! The first call for an (account, limits) waits a short window for others, then makes the one
-//! call for all of them; each caller gets the outcome for its own users. Association reads are
-//! shared ([`SharedReads`]), and so are single-user reads ([`SharedUserReads`]); everything else
-//! passes through. Onboarding jobs due at the same
+//! call for all of them; each caller gets the outcome for its own users. Association reads of the
+//! same accounts are shared, and single-user reads become one read of all the users asked for
+//! meanwhile ([`Coalesced`]); everything else passes through. Onboarding jobs due at the same
 //! moment run concurrently on a worker, so their associations are created together (the
 //! runbook's batching; `sacctmgr` takes about as long for 100 users as for one).
 
@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::reads::SharedReads;
-use super::user_reads::SharedUserReads;
+use super::coalesce::Coalesced;
 use super::*;
 
 /// The batch's result, and the effects (commands) of the one call, which every member's attempt
@@ -31,9 +30,15 @@ pub struct Batching {
     open: Mutex<HashMap<String, Batch>>,
     /// Held by the batch being written: one at a time per process.
     turn: tokio::sync::Mutex<()>,
-    reads: SharedReads,
-    user_reads: SharedUserReads,
+    /// Association reads, by the accounts read.
+    reads: Coalesced<Vec<String>, Vec<SlurmAccount>, Vec<Association>>,
+    /// Single-user reads: one read takes every user asked for meanwhile.
+    user_reads: Coalesced<(), Vec<Username>, Arc<BTreeMap<String, UserState>>>,
 }
+
+/// Users named in one `sacctmgr show user` at most (its argv, or the exec request's URL, stays
+/// short).
+const USERS_PER_READ: usize = 200;
 
 impl Batching {
     pub fn new(inner: Arc<dyn Slurm>, window: Duration) -> Self {
@@ -42,9 +47,42 @@ impl Batching {
             window,
             open: Mutex::default(),
             turn: tokio::sync::Mutex::new(()),
-            reads: SharedReads::default(),
-            user_reads: SharedUserReads::default(),
+            reads: Coalesced::new("shared association read"),
+            user_reads: Coalesced::new("shared user read"),
         }
+    }
+
+    async fn user_shared(&self, user: &Username) -> Result<Option<UserState>, SlurmError> {
+        let inner = self.inner.clone();
+        let ask = |asked: &mut Vec<Username>| {
+            if !asked.contains(user) {
+                asked.push(user.clone());
+            }
+        };
+        let all = self
+            .user_reads
+            .read((), ask, move |users| async move {
+                let mut all = BTreeMap::new();
+                for chunk in users.chunks(USERS_PER_READ) {
+                    all.extend(inner.users(chunk).await?);
+                }
+                Ok(Arc::new(all))
+            })
+            .await?;
+        Ok(all.get(user.as_str()).cloned())
+    }
+
+    async fn associations_shared(&self, accounts: &[SlurmAccount]) -> Result<Vec<Association>, SlurmError> {
+        let mut key: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
+        key.sort_unstable();
+        key.dedup();
+        let inner = self.inner.clone();
+        let ask = |asked: &mut Vec<SlurmAccount>| {
+            if asked.is_empty() {
+                asked.extend_from_slice(accounts);
+            }
+        };
+        self.reads.read(key, ask, move |accounts| async move { inner.associations(&accounts).await }).await
     }
 
     async fn add(
@@ -152,13 +190,13 @@ impl Slurm for Batching {
         self.inner.qos(names)
     }
     fn user<'a>(&'a self, user: &'a Username) -> SlurmFuture<'a, Option<UserState>> {
-        Box::pin(self.user_reads.user(&self.inner, user))
+        Box::pin(self.user_shared(user))
     }
     fn users<'a>(&'a self, users: &'a [Username]) -> SlurmFuture<'a, BTreeMap<String, UserState>> {
         self.inner.users(users)
     }
     fn associations<'a>(&'a self, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Vec<Association>> {
-        Box::pin(self.reads.associations(&self.inner, accounts))
+        Box::pin(self.associations_shared(accounts))
     }
     fn block_user<'a>(&'a self, user: &'a Username, accounts: &'a [SlurmAccount]) -> SlurmFuture<'a, Ensured> {
         self.inner.block_user(user, accounts)

@@ -11,15 +11,14 @@
 mod accounts;
 mod batch;
 mod client;
+mod coalesce;
 pub mod command;
 mod error;
 pub mod export;
 mod gate;
 pub mod parse;
 pub mod qos;
-mod reads;
 mod types;
-mod user_reads;
 mod users;
 mod values;
 

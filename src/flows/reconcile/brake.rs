@@ -82,6 +82,11 @@ pub(super) async fn offboard(
         }
         return Ok(out);
     }
+    if offboard.is_empty() && whole.is_none() {
+        // nothing to meter or hold: the budget's lock (one row, shared by every path and
+        // replica) is not taken, so user reconciles with nothing to offboard do not queue on it
+        return Ok(out);
+    }
     let budget = r.brake.budget(managed);
     let metered: Vec<Metered> =
         offboard.iter().map(|a| Metered::new(job_for(a, cause), &HeldOffboard::of(a))).collect();
