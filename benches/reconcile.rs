@@ -336,6 +336,7 @@ async fn main() {
             attempts: 3,
             backoff: Duration::from_millis(200),
             page_size: 100,
+            concurrency: 32,
         })
         .unwrap(),
     );

@@ -71,6 +71,7 @@ impl IntakeSetup {
             attempts: a.authentik_attempts,
             backoff: Duration::from_millis(500),
             page_size: 100,
+            concurrency: usize::from(a.authentik_concurrency),
         })
         .map_err(anyhow::Error::msg)?;
         if a.brake_window.is_zero() {

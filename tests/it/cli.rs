@@ -29,7 +29,7 @@ fn help_lists_every_setting_with_its_environment_variable_and_default() {
         ("ONRAMP_DB_POOL_SIZE", Some("16")),
         ("ONRAMP_ROLE", Some("both")),
         ("ONRAMP_LISTEN", Some("0.0.0.0:8080")),
-        ("ONRAMP_WORKER_CONCURRENCY", Some("32")),
+        ("ONRAMP_WORKER_CONCURRENCY", Some("512")),
         ("ONRAMP_LEASE", Some("10s")),
         ("ONRAMP_POLL_INTERVAL", Some("5s")),
         ("ONRAMP_SHUTDOWN_GRACE", Some("30s")),

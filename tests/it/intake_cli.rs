@@ -15,6 +15,7 @@ fn serve_help_lists_the_intake_settings_with_defaults() {
         ("ONRAMP_AUTHENTIK_TOKEN_FILE", None),
         ("ONRAMP_AUTHENTIK_TIMEOUT", Some("10s")),
         ("ONRAMP_AUTHENTIK_ATTEMPTS", Some("4")),
+        ("ONRAMP_AUTHENTIK_CONCURRENCY", Some("32")),
         ("ONRAMP_WEBHOOK_SECRETS", None),
         ("ONRAMP_WEBHOOK_TOKENS", None),
         ("ONRAMP_WEBHOOK_TOLERANCE", Some("5m")),

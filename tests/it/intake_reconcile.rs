@@ -286,7 +286,51 @@ async fn api_client_pages_retries_and_types_its_errors() {
         attempts: 3,
         backoff: Duration::from_millis(10),
         page_size: 100,
+        concurrency: 32,
     })
     .unwrap();
     assert!(matches!(bad.user(4).await, Err(AuthentikError::Unauthorized(403))));
+}
+
+#[tokio::test]
+async fn the_authentik_client_keeps_at_most_its_concurrency_of_requests_in_flight() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    #[derive(Default)]
+    struct Seen {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+    let seen = Arc::new(Seen::default());
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/api/v3/core/users/{pk}/",
+        axum::routing::get(move |axum::extract::Path(pk): axum::extract::Path<i64>| {
+            let s = s.clone();
+            async move {
+                let n = s.now.fetch_add(1, SeqCst) + 1;
+                s.most.fetch_max(n, SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                s.now.fetch_sub(1, SeqCst);
+                axum::Json(json!({"pk": pk, "username": format!("u{pk}"), "is_active": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let c = onramp::backends::authentik::AuthentikClient::new(onramp::backends::authentik::AuthentikConfig {
+        url,
+        token: onramp::domain::secret::Secret::new(TOKEN),
+        timeout: Duration::from_secs(5),
+        attempts: 1,
+        backoff: Duration::from_millis(10),
+        page_size: 100,
+        concurrency: 3,
+    })
+    .unwrap();
+    let calls: Vec<_> = (1..=20i64).map(|pk| c.user(pk)).collect();
+    let users = futures_util::future::join_all(calls).await;
+    assert!(users.iter().all(Result::is_ok), "{:?}", users.iter().find(|u| u.is_err()));
+    assert_eq!(seen.most.load(SeqCst), 3, "20 requests at once, at most 3 in flight");
 }

@@ -48,6 +48,7 @@ pub fn client(url: &str) -> AuthentikClient {
         attempts: 3,
         backoff: Duration::from_millis(50),
         page_size: 100,
+        concurrency: 32,
     })
     .unwrap()
 }

@@ -67,8 +67,10 @@ pub struct WorkerArgs {
     /// Worker identity in leases and the audit trail [default: <hostname>-<pid>].
     #[arg(long, env = "ONRAMP_WORKER_ID")]
     pub worker_id: Option<String>,
-    /// Steps one process runs at once.
-    #[arg(long, env = "ONRAMP_WORKER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Steps one process runs at once. Slots are cheap: most steps wait on a backend, and each
+    /// backend bounds its own load (Slurm writes one at a time in batches, key writes grouped per
+    /// Secret, storage commands, Authentik requests, SMTP sessions).
+    #[arg(long, env = "ONRAMP_WORKER_CONCURRENCY", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_concurrency: u16,
     /// Lease of a claimed step; renewed every third of it. A dead worker's steps run again after it.
     #[arg(long, env = "ONRAMP_LEASE", default_value = "10s", value_parser = parse_duration)]
@@ -135,6 +137,9 @@ pub struct IntakeArgs {
     /// Attempts of an Authentik API request on 5xx, 429 or a transport error.
     #[arg(long, env = "ONRAMP_AUTHENTIK_ATTEMPTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub authentik_attempts: u32,
+    /// Authentik API requests in flight at once per process; the rest wait their turn.
+    #[arg(long, env = "ONRAMP_AUTHENTIK_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub authentik_concurrency: u16,
     /// Standard Webhooks signing secrets (whsec_…), comma-separated; several during a rotation.
     #[arg(long, env = "ONRAMP_WEBHOOK_SECRETS", hide_env_values = true, value_delimiter = ',', value_name = "WHSEC")]
     pub webhook_secrets: Vec<Secret>,

@@ -5,12 +5,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::domain::secret::Secret;
 
@@ -26,6 +28,9 @@ pub struct AuthentikConfig {
     /// First retry delay; doubles each time.
     pub backoff: Duration,
     pub page_size: u32,
+    /// Requests in flight at once per process; the rest wait their turn (a thousand user
+    /// reconciles at once do not open a thousand connections to Authentik).
+    pub concurrency: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +171,7 @@ pub struct AuthentikClient {
     http: reqwest::Client,
     base: String,
     cfg: AuthentikConfig,
+    in_flight: Arc<Semaphore>,
 }
 
 impl AuthentikClient {
@@ -180,7 +186,8 @@ impl AuthentikClient {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!("ONRAMP_AUTHENTIK_URL {:?} is not an http(s) URL", cfg.url));
         }
-        Ok(Self { http, base, cfg })
+        let in_flight = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
+        Ok(Self { http, base, cfg, in_flight })
     }
 
     pub async fn user(&self, pk: i64) -> Result<User, AuthentikError> {
@@ -265,6 +272,8 @@ impl AuthentikClient {
             if let Some(b) = &body {
                 req = req.json(b);
             }
+            // a turn per attempt, given back before a retry's delay
+            let turn = self.in_flight.acquire().await.expect("the semaphore is never closed");
             let wait = match req.send().await {
                 Ok(res) => {
                     let status = res.status();
@@ -295,6 +304,7 @@ impl AuthentikClient {
                     None
                 }
             };
+            drop(turn);
             if attempt == attempts {
                 break;
             }

@@ -1,5 +1,7 @@
 //! SMTP e-mail through lettre (tokio, rustls).
 
+use std::sync::Arc;
+
 use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
@@ -7,10 +9,15 @@ use super::{Message, Notifier, NotifyError, NotifyFuture, NotifySettings, Recipi
 
 const CHANNEL: &str = "e-mail";
 
+/// SMTP sessions at once per process (each send is a session of its own). Relays limit the
+/// connections of one client (Postfix: 50); the worker may run hundreds of steps at once.
+const SESSIONS: usize = 8;
+
 #[derive(Clone)]
 pub struct Email {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
+    sessions: Arc<tokio::sync::Semaphore>,
 }
 
 impl Email {
@@ -25,7 +32,7 @@ impl Email {
             .timeout(Some(s.notify_timeout))
             .build();
         let from = s.mail_from.parse().map_err(|e| unusable(format!("--mail-from {:?}: {e}", s.mail_from)))?;
-        Ok(Some(Self { transport, from }))
+        Ok(Some(Self { transport, from, sessions: Arc::new(tokio::sync::Semaphore::new(SESSIONS)) }))
     }
 }
 
@@ -44,6 +51,7 @@ impl Notifier for Email {
                 .subject(&msg.subject)
                 .body(msg.text.clone())
                 .map_err(|e| unusable(e.to_string()))?;
+            let _session = self.sessions.acquire().await.expect("the semaphore is never closed");
             self.transport.send(email).await.map_err(|e| {
                 if e.is_permanent() {
                     // A 5xx answer (no such mailbox, relaying denied): retrying won't help.
