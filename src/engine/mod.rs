@@ -11,6 +11,7 @@ pub mod callbacks;
 mod claims;
 mod decide;
 mod flow;
+mod leases;
 mod marks;
 mod model;
 mod ops;

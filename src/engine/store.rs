@@ -252,7 +252,7 @@ pub struct StepWrite {
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
 pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
-    // in id order, as `renew` locks them: two statements that lock the same rows in one order
+    // in id order, as `leases::renew` locks them: two statements that lock the same rows in one order
     // do not deadlock
     let mut writes: Vec<&StepWrite> = writes.iter().collect();
     writes.sort_by_key(|w| w.id);
@@ -330,65 +330,6 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
     .fetch_all(pool)
     .await?;
     Ok(ids)
-}
-
-/// Extends the leases of steps this worker is running; returns the ids it no longer holds
-/// (cancelled, finished elsewhere, or taken over after the lease expired).
-pub(crate) async fn renew(
-    pool: &PgPool,
-    owner: &str,
-    lease: Duration,
-    held: &[(i64, i32, i32)],
-) -> Result<Vec<i64>, EngineError> {
-    // in id order, as `write_results` locks them
-    let mut held = held.to_vec();
-    held.sort_unstable();
-    let ids = sqlx::query_scalar(
-        "with v as (select * from unnest($3::bigint[], $4::int[], $5::int[]) v(id, step_index, attempt)),
-         upd as (
-           update jobs j set run_at = now() + $2 * interval '1 millisecond'
-           from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
-             and j.state = 'running' and j.lease_owner = $1)
-         -- a job that moved on to its next step in this worker is still held
-         select v.id from v left join jobs j on j.id = v.id
-         where j.id is null or j.state <> 'running' or j.lease_owner is distinct from $1",
-    )
-    .bind(owner)
-    .bind(lease.as_millis() as i64)
-    .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
-    .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
-    .bind(held.iter().map(|h| h.2).collect::<Vec<_>>())
-    .fetch_all(pool)
-    .await?;
-    Ok(ids)
-}
-
-/// Gives steps back at shutdown: they become due at once for any worker.
-pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]) -> Result<u64, EngineError> {
-    let done = sqlx::query(
-        "with v as (select * from unnest($2::bigint[], $3::int[], $4::int[]) v(id, step_index, attempt)),
-         r as (
-           update jobs j set state = 'pending', run_at = now(), lease_owner = null, updated_at = now()
-           from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
-             and j.state = 'running' and j.lease_owner = $1
-           returning j.id, j.step_index, j.attempt, j.step),
-         s as (
-           update step_runs s set finished_at = now(), outcome = 'released',
-                  error = 'the worker shut down before the step finished'
-           from r where s.job_id = r.id and s.step_index = r.step_index and s.attempt = r.attempt),
-         ev as (
-           insert into job_events (job_id, from_state, to_state, step, actor, detail)
-           select id, 'running', 'pending', step, 'worker:' || $1, 'released at shutdown' from r)
-         select count(*), (select 1 from (select pg_notify($5, '')) n) as woke from r",
-    )
-    .bind(owner)
-    .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
-    .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())
-    .bind(held.iter().map(|h| h.2).collect::<Vec<_>>())
-    .bind(NOTIFY_JOBS)
-    .fetch_one(pool)
-    .await?;
-    Ok(done.try_get::<i64, _>(0)? as u64)
 }
 
 /// The next moment something becomes due in the future (a timer, a backoff, a lease expiry).

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use super::decide::{Situation, decide};
+use super::leases;
 use super::store::{self, Claimed, StepWrite};
 use super::trace;
 use super::worker_tasks::{heartbeat, listen, write_loop};
@@ -115,7 +116,7 @@ pub async fn run(
             f.cancel.cancel();
         }
         while tasks.join_next().await.is_some() {}
-        match store::release(&shared.pool, &shared.cfg.id, &held).await {
+        match leases::release(&shared.pool, &shared.cfg.id, &held).await {
             Ok(n) => tracing::info!(released = n, "leases released"),
             Err(e) => {
                 tracing::error!(error = %e, "could not release leases; they expire by themselves")

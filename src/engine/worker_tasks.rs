@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::JobState;
+use super::leases;
 use super::store::{self, NOTIFY_CANCEL, NOTIFY_JOBS, StepWrite};
 use super::worker::{MAX_BATCH, Shared};
 
@@ -80,7 +81,7 @@ pub(super) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
         if held.is_empty() {
             continue;
         }
-        match store::renew(&shared.pool, &shared.cfg.id, shared.cfg.lease, &held).await {
+        match leases::renew(&shared.pool, &shared.cfg.id, shared.cfg.lease, &held).await {
             Ok(lost) => {
                 let map = shared.inflight.lock().expect("inflight lock");
                 for id in lost {
