@@ -184,9 +184,11 @@ pub(crate) async fn claim(
            from claimed c
            where c.old_state = 'running' and s.job_id = c.id and s.step_index = c.step_index
              and s.attempt = c.old_attempt and s.finished_at is null),
+         -- the clock, not now() (when the statement began, which can be before the commit of a
+         -- result this claim saw): a subject's next step never seems to start before the last ended
          runs as (
-           insert into step_runs (job_id, step_index, step, attempt, worker)
-           select id, step_index, step, attempt, $2 from claimed),
+           insert into step_runs (job_id, step_index, step, attempt, worker, started_at)
+           select id, step_index, step, attempt, $2, clock_timestamp() from claimed),
          ev as (
            insert into job_events (job_id, from_state, to_state, step, actor, detail)
            select id, old_state, 'running', step, 'worker:' || $2,
