@@ -174,16 +174,28 @@ pub async fn install_settings_token(pool: &PgPool, token: Option<&Secret>) -> Re
     if token.expose().len() < 24 {
         return Err(TokenError::Weak);
     }
-    sqlx::query(
-        "insert into api_tokens (name, role, tenant, hash, created_by) values ($1, 'admin', null, $2, 'settings')
-         on conflict (name) do update set hash = excluded.hash, role = 'admin', tenant = null,
-             revoked_at = null, expires_at = null",
-    )
-    .bind(SETTINGS_TOKEN)
-    .bind(digest(token.expose()))
-    .execute(pool)
-    .await?;
-    Ok(())
+    // Replicas starting together insert the same row: the one that loses the race on the hash's
+    // unique index (not the `on conflict` arbiter) tries again and takes the update path.
+    let mut tries = 0;
+    loop {
+        let r = sqlx::query(
+            "insert into api_tokens (name, role, tenant, hash, created_by) values ($1, 'admin', null, $2, 'settings')
+             on conflict (name) do update set hash = excluded.hash, role = 'admin', tenant = null,
+                 revoked_at = null, expires_at = null",
+        )
+        .bind(SETTINGS_TOKEN)
+        .bind(digest(token.expose()))
+        .execute(pool)
+        .await;
+        tries += 1;
+        match r {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() && tries < 3 => continue,
+            r => {
+                r?;
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// The principal behind a presented token, if it is known, unexpired and not revoked.
