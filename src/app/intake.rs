@@ -120,7 +120,7 @@ impl IntakeSetup {
         let pump = self.pump(engine);
         let intake = Arc::new(Intake {
             auth: self.auth.clone(),
-            writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch, pump.wake.clone()),
+            writer: DeliveryWriter::start(engine.clone(), self.writers, self.batch, pump.handoff.clone()),
             tenants: self.tenants.clone(),
             max_body: self.max_body,
             max_diff_users: self.max_diff_users,
@@ -139,7 +139,7 @@ impl IntakeSetup {
             settle: self.settle,
             batch: PUMP_BATCH,
             poll: PUMP_POLL,
-            wake: Arc::default(),
+            handoff: Arc::default(),
             stats: Arc::new(PumpStats::default()),
         }
     }

@@ -4,6 +4,7 @@
 //! itself is `reconcile`.
 
 pub mod event;
+mod handoff;
 pub mod pump;
 pub mod retention;
 pub mod signature;
@@ -15,7 +16,7 @@ use crate::domain::tenants::TenantRegistry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-pub use pump::{Pump, PumpStats};
+pub use pump::{Handoff, Pump, PumpStats};
 pub use signature::{AuthFailure, AuthHeaders, SigningSecret, WebhookAuth};
 pub use writer::{Delivery, DeliveryWriter, Stored, WriteError};
 

@@ -7,6 +7,13 @@
 //! the same transaction. A kill -9 anywhere leaves every delivery either processed with its jobs
 //! or pending, and a pump started later takes it.
 //!
+//! The deliveries its own process's writer stored are handed to it by id ([`Handoff`]): a round
+//! of those reads them by primary key. The scan of every pending delivery (the partial index
+//! `webhook_deliveries_pending`, which keeps an entry for every delivery processed since the
+//! last vacuum until a scan passes over it) runs at start and on the poll, for what other
+//! processes stored and what a killed process left: under a steady intake a scan per write cost
+//! more than the rest of the round (2.4 ms a round at 3,500 deliveries/s).
+//!
 //! A delivery whose jobs PostgreSQL refuses never holds up the others: a failed round is done
 //! again in halves until the failing delivery is alone; it is then marked processed with the
 //! reason (refused for good) or left pending and skipped for a while (a passing failure).
@@ -18,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use time::OffsetDateTime;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use super::handoff::Handoff;
 use super::writer::{WriteError, classify, connection_failed};
 use crate::domain::tenants::TenantRegistry;
 use crate::engine::{Engine, EngineError, NewJob};
@@ -88,7 +95,8 @@ pub struct Pump {
     pub batch: usize,
     /// Looks for deliveries other processes stored this often (its own writer wakes it).
     pub poll: Duration,
-    pub wake: Arc<Notify>,
+    /// What this process's writer stored (and the wake-up).
+    pub handoff: Arc<Handoff>,
     pub stats: Arc<PumpStats>,
 }
 
@@ -104,30 +112,65 @@ pub struct Round {
 type Row = (Uuid, Value, OffsetDateTime, Option<String>);
 
 impl Pump {
-    /// Runs until `shutdown`: drains what is pending, then waits for a wake-up or the poll.
+    /// Runs until `shutdown`: drains what is pending (a scan), then takes what its writer hands
+    /// it as it comes, and scans again every poll (also while it is handed work).
     pub async fn run(self, shutdown: CancellationToken) {
         // deliveries whose jobs failed alone for a passing reason: not before this, backoff
         let mut deferred: HashMap<Uuid, (Instant, Duration)> = HashMap::new();
+        let mut next_scan = Instant::now();
         loop {
             // forget a deferral well after it ended (one failing again is deferred anew, longer)
             let now = Instant::now();
             deferred.retain(|_, (until, backoff)| now < *until + *backoff * 2 + Duration::from_secs(10));
-            match self.drain(&mut deferred).await {
+            let drained = if now >= next_scan {
+                next_scan = now + self.poll;
+                self.drain(&mut deferred).await
+            } else {
+                self.handed(&mut deferred).await
+            };
+            match drained {
+                Ok(()) if !self.handoff.is_empty() => continue,
                 Ok(()) => {}
                 Err(e) => {
                     self.stats.errors.fetch_add(1, Relaxed);
                     tracing::error!(error = %e, "the delivery pump failed; trying again");
+                    // what failed is pending still: the next scan takes it
+                    next_scan = Instant::now() + self.poll;
                 }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.poll) => {}
+                _ = self.handoff.woken() => {}
+                _ = tokio::time::sleep_until(next_scan.into()) => {}
             }
         }
     }
 
-    /// Rounds until fewer than a batch are pending.
+    /// Rounds of the deliveries the writer handed over, by id, until none is left. A round that
+    /// fails is done again by a scan (which isolates the failing delivery).
+    ///
+    /// Short of a batch, a round first lingers a quarter of the settle time (at most 100 ms) for
+    /// more: the jobs are not due before the settle time anyway, and one round of many costs the
+    /// database far less than many rounds of a few (and coalesces more of a storm).
+    async fn handed(&self, deferred: &mut HashMap<Uuid, (Instant, Duration)>) -> Result<(), EngineError> {
+        let linger = (self.settle / 4).min(Duration::from_millis(100));
+        loop {
+            let waiting = self.handoff.len();
+            if waiting == 0 {
+                return Ok(());
+            }
+            if !linger.is_zero() && waiting < self.batch {
+                tokio::time::sleep(linger).await;
+            }
+            let ids = self.handoff.take(self.batch);
+            if let Err(e) = self.round(Some(&ids), &[]).await {
+                tracing::debug!(error = %e, "a round of handed deliveries failed: scanning for them");
+                return self.drain(deferred).await;
+            }
+        }
+    }
+
+    /// Rounds of a scan until fewer than a batch are pending.
     async fn drain(&self, deferred: &mut HashMap<Uuid, (Instant, Duration)>) -> Result<(), EngineError> {
         loop {
             let now = Instant::now();
@@ -208,14 +251,21 @@ impl Pump {
     /// that no other pump holds → their jobs, coalesced and enqueued → marked processed.
     pub async fn round(&self, only: Option<&[Uuid]>, skip: &[Uuid]) -> Result<Round, EngineError> {
         let mut tx = self.engine.pool().begin().await?;
-        let rows: Vec<Row> = sqlx::query_as(
-            "select id, targets, received_at, traceparent from webhook_deliveries
-             where processed_at is null and ($2::uuid[] is null or id = any($2)) and not (id = any($3))
-             order by id limit $1 for update skip locked",
-        )
-        .bind(self.batch as i64)
-        .bind(only)
-        .bind(skip)
+        // by primary key, or the scan of the pending index (two statements: one generic plan
+        // for both would not know which)
+        let rows: Vec<Row> = match only {
+            Some(ids) => sqlx::query_as(
+                "select id, targets, received_at, traceparent from webhook_deliveries
+                 where id = any($1) and processed_at is null order by id for update skip locked",
+            )
+            .bind(ids),
+            None => sqlx::query_as(
+                "select id, targets, received_at, traceparent from webhook_deliveries
+                 where processed_at is null and not (id = any($2)) order by id limit $1 for update skip locked",
+            )
+            .bind(self.batch as i64)
+            .bind(skip),
+        }
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {

@@ -1,4 +1,4 @@
-//! The SQL of the intake's writer: one transaction stores some deliveries (a multi-row insert).
+//! The SQL of the intake's writer: one statement stores some deliveries (a multi-row insert).
 //! Their reconcile jobs are the pump's (`pump`): the request path writes one row per delivery.
 
 use std::collections::HashMap;
@@ -11,14 +11,14 @@ use crate::engine::{Engine, EngineError};
 /// key, id if inserted now, id if stored before
 type DeliveryRow = (String, Option<Uuid>, Option<Uuid>);
 
-/// One transaction for these deliveries. Returns one result per delivery, in order.
+/// One statement (its own transaction: no BEGIN and COMMIT round trips) for these deliveries.
+/// Returns one result per delivery, in order.
 pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, EngineError> {
     // Duplicates inside the batch: the first one with a key stands for the others.
     let mut first: HashMap<&str, usize> = HashMap::new();
     let unique: Vec<usize> = (0..ds.len()).filter(|&i| *first.entry(ds[i].key.as_str()).or_insert(i) == i).collect();
     let pick = |f: fn(&Delivery) -> Option<&str>| unique.iter().map(|&i| f(&ds[i])).collect::<Vec<_>>();
 
-    let mut tx = engine.pool().begin().await?;
     // the stored id of a key not inserted now is looked up only for those (duplicates are rare)
     let rows: Vec<DeliveryRow> = sqlx::query_as(
         "with v as (
@@ -45,7 +45,7 @@ pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored
     .bind(unique.iter().map(|&i| &ds[i].targets).collect::<Vec<_>>())
     .bind(unique.iter().map(|&i| ds[i].raw_body.as_deref()).collect::<Vec<_>>())
     .bind(pick(|d| d.traceparent.as_deref()))
-    .fetch_all(&mut *tx)
+    .fetch_all(engine.pool())
     .await?;
     let by_key: HashMap<String, (Option<Uuid>, Option<Uuid>)> =
         rows.into_iter().map(|(key, inserted, existing)| (key, (inserted, existing))).collect();
@@ -56,17 +56,17 @@ pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored
         out[i] = Some(match (inserted, existing) {
             (Some(id), _) => Stored { id, duplicate: false },
             (None, Some(id)) => Stored { id, duplicate: true },
-            // inserted by a concurrent transaction that committed after this statement began
+            // inserted by a concurrent transaction that committed after this statement began (so
+            // a later statement sees it)
             (None, None) => {
                 let id: Uuid = sqlx::query_scalar("select id from webhook_deliveries where delivery_key = $1")
                     .bind(&ds[i].key)
-                    .fetch_one(&mut *tx)
+                    .fetch_one(engine.pool())
                     .await?;
                 Stored { id, duplicate: true }
             }
         });
     }
-    tx.commit().await?;
     for i in 0..ds.len() {
         if out[i].is_none() {
             let f = first[ds[i].key.as_str()];

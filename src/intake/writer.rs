@@ -12,9 +12,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::handoff::Handoff;
 use super::store;
 use crate::engine::{Engine, EngineError};
 
@@ -69,9 +70,9 @@ pub struct DeliveryWriter {
 
 impl DeliveryWriter {
     /// Starts `writers` tasks sharing one queue; each writes up to `max_batch` deliveries per
-    /// transaction and then wakes `pump`. The tasks end when every `DeliveryWriter` clone is
+    /// transaction and then hands the new ones to `pump`. The tasks end when every `DeliveryWriter` clone is
     /// dropped.
-    pub fn start(engine: Engine, writers: usize, max_batch: usize, pump: Arc<Notify>) -> Self {
+    pub fn start(engine: Engine, writers: usize, max_batch: usize, pump: Arc<Handoff>) -> Self {
         let (tx, rx) = mpsc::channel::<Request>(max_batch * writers.max(1) * 4);
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         for _ in 0..writers.max(1) {
@@ -85,8 +86,8 @@ impl DeliveryWriter {
                             return;
                         }
                     }
-                    write_batch(&engine, std::mem::take(&mut batch)).await;
-                    pump.notify_one();
+                    let stored = write_batch(&engine, std::mem::take(&mut batch)).await;
+                    pump.hand(stored);
                 }
             });
         }
@@ -105,10 +106,12 @@ impl DeliveryWriter {
     }
 }
 
-async fn write_batch(engine: &Engine, batch: Vec<Request>) {
+/// Writes a batch and answers each request; returns the ids of the deliveries stored now.
+async fn write_batch(engine: &Engine, batch: Vec<Request>) -> Vec<Uuid> {
     let started = std::time::Instant::now();
     let (deliveries, replies): (Vec<Delivery>, Vec<Reply>) = batch.into_iter().unzip();
     let mut replies: Vec<Option<Reply>> = replies.into_iter().map(Some).collect();
+    let mut new_ids = Vec::with_capacity(deliveries.len());
     let mut answer = |range: Range<usize>, result: &dyn Fn(usize) -> Result<Stored, WriteError>| {
         for i in range {
             if let Some(reply) = replies[i].take() {
@@ -121,7 +124,10 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
     todo.push(0..deliveries.len());
     while let Some(range) = todo.pop() {
         match store::write(engine, &deliveries[range.clone()]).await {
-            Ok(stored) => answer(range.clone(), &|i| Ok(stored[i - range.start].clone())),
+            Ok(stored) => {
+                new_ids.extend(stored.iter().filter(|s| !s.duplicate).map(|s| s.id));
+                answer(range.clone(), &|i| Ok(stored[i - range.start].clone()))
+            }
             Err(e) if range.len() > 1 && !connection_failed(&e) => {
                 tracing::warn!(error = %e, n = range.len(), "a shared write of webhook deliveries failed: writing them in halves");
                 let mid = range.start + range.len() / 2;
@@ -139,6 +145,7 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) {
         }
     }
     tracing::debug!(n = deliveries.len(), ms = started.elapsed().as_secs_f64() * 1e3, "webhook deliveries written");
+    new_ids
 }
 
 /// The connection or the pool failed: every delivery would, so none is written alone.

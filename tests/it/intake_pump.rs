@@ -191,6 +191,55 @@ async fn two_pumps_share_the_work_and_double_nothing() {
     assert_eq!(count(&b.engine, "select count(*) from webhook_deliveries where cardinality(job_ids) = 1").await, 3000);
 }
 
+/// A pump takes what its own writer hands it by id and scans for the rest on its poll: deliveries
+/// another process stored (and never handed over) are processed while its own writer keeps it
+/// busy, not only once its own intake goes quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pump_busy_with_its_own_writer_still_takes_what_another_process_stored() {
+    let db = TestDb::new().await;
+    let b = bare(&db).await;
+    let pump = Pump { poll: Duration::from_millis(200), ..b.pump.clone() };
+    let stop = CancellationToken::new();
+    tokio::spawn(pump.clone().run(stop.clone()));
+    // this process's intake: a delivery every 5 ms until told to stop
+    let own = DeliveryWriter::start(b.engine.clone(), 1, 512, pump.handoff.clone());
+    let busy = CancellationToken::new();
+    let load = {
+        let busy = busy.clone();
+        tokio::spawn(async move {
+            let mut n = 10_000;
+            while !busy.is_cancelled() {
+                own.store(delivery(n, json!([format!("user:{n}")]))).await.unwrap();
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            n - 10_000
+        })
+    };
+    // another process's: stored, never handed to this pump
+    let theirs = stored_unpumped(&b.engine, (0..50).map(|n| delivery(n, json!([format!("user:{n}")]))).collect()).await;
+    eventually(Duration::from_secs(20), "the other process's deliveries processed", || async {
+        let n: i64 =
+            sqlx::query_scalar("select count(*) from webhook_deliveries where id = any($1) and processed_at is not null")
+                .bind(&theirs)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        (n == 50).then_some(())
+    })
+    .await;
+    assert!(!load.is_finished(), "this process's writer was busy all along");
+    busy.cancel();
+    let own_stored = load.await.unwrap();
+    assert!(own_stored > 0);
+    pumped(&b.engine).await;
+    stop.cancel();
+    assert_eq!(
+        count(&b.engine, "select count(*) from webhook_deliveries where cardinality(job_ids) = 1").await,
+        50 + own_stored as i64
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_whose_job_cannot_be_enqueued_does_not_hold_up_the_others() {
     let db = TestDb::new().await;
