@@ -22,6 +22,13 @@ impl Handoff {
         self.wake.notify_one();
     }
 
+    /// Puts back ids taken and not processed: they go first.
+    pub(super) fn hand_back(&self, ids: Vec<Uuid>) {
+        if !ids.is_empty() {
+            self.ids.lock().expect("handoff").splice(0..0, ids);
+        }
+    }
+
     /// Until the next hand-over (or one made since the last wait).
     pub(super) async fn woken(&self) {
         self.wake.notified().await

@@ -106,6 +106,8 @@ pub struct Round {
     /// Pending deliveries it took (processed, or left for a later round).
     pub taken: usize,
     pub processed: usize,
+    /// Those it took and left for a later round (past the most jobs of one round).
+    pub left: Vec<Uuid>,
 }
 
 /// A delivery as the pump reads it.
@@ -163,9 +165,13 @@ impl Pump {
                 tokio::time::sleep(linger).await;
             }
             let ids = self.handoff.take(self.batch);
-            if let Err(e) = self.round(Some(&ids), &[]).await {
-                tracing::debug!(error = %e, "a round of handed deliveries failed: scanning for them");
-                return self.drain(deferred).await;
+            match self.round(Some(&ids), &[]).await {
+                // past the most jobs of one round: the rest go first in the next
+                Ok(r) => self.handoff.hand_back(r.left),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a round of handed deliveries failed: scanning for them");
+                    return self.drain(deferred).await;
+                }
             }
         }
     }
@@ -274,11 +280,17 @@ impl Pump {
         let taken = rows.len();
         // each delivery's jobs, up to the bound of one round (the rest wait for the next)
         let mut per: Vec<(Uuid, Vec<NewJob>)> = vec![];
+        let mut left = vec![];
         let mut count = 0;
         for (id, targets, received_at, traceparent) in rows {
+            if !left.is_empty() {
+                left.push(id);
+                continue;
+            }
             let jobs = self.jobs_of(id, &targets, received_at, traceparent);
             if !per.is_empty() && count + jobs.len() > JOBS_PER_ROUND {
-                break;
+                left.push(id);
+                continue;
             }
             count += jobs.len();
             per.push((id, jobs));
@@ -349,7 +361,7 @@ impl Pump {
         self.stats.jobs_created.fetch_add(created, Relaxed);
         self.stats.coalesced.fetch_add(folded, Relaxed);
         tracing::debug!(deliveries = ids.len(), jobs = jobs.len(), created, "deliveries pumped");
-        Ok(Round { taken, processed: ids.len() })
+        Ok(Round { taken, processed: ids.len(), left })
     }
 
     /// A stored delivery's reconcile jobs: from its targets, due `settle` after it arrived, in

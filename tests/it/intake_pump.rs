@@ -240,6 +240,30 @@ async fn a_pump_busy_with_its_own_writer_still_takes_what_another_process_stored
     );
 }
 
+/// Handed deliveries past the most jobs of one round go in the next round, not at the next scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_deliveries_past_one_rounds_jobs_go_in_the_next_round() {
+    let db = TestDb::new().await;
+    let b = bare(&db).await;
+    let pump = Pump { poll: Duration::from_secs(3600), ..b.pump.clone() };
+    let stop = CancellationToken::new();
+    tokio::spawn(pump.clone().run(stop.clone()));
+    let own = DeliveryWriter::start(b.engine.clone(), 1, 512, pump.handoff.clone());
+    // once one delivery is processed, the pump's first scan is behind it: what follows is handed
+    own.store(delivery(9999, json!(["user:9999"]))).await.unwrap();
+    pumped(&b.engine).await;
+    // five deliveries of 300 users each, stored together: 1,500 jobs, more than one round takes
+    let users = |n: usize| json!((0..300).map(|u| format!("user:{}", n * 300 + u)).collect::<Vec<_>>());
+    let stores = (0..5).map(|n| own.store(delivery(n, users(n))));
+    for stored in futures_util::future::join_all(stores).await {
+        assert!(!stored.unwrap().duplicate);
+    }
+    pumped(&b.engine).await;
+    stop.cancel();
+    assert_eq!(count(&b.engine, "select count(*) from jobs where kind = 'reconcile.user'").await, 1 + 1500);
+    assert_eq!(count(&b.engine, "select count(*) from webhook_deliveries where cardinality(job_ids) = 300").await, 5);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_whose_job_cannot_be_enqueued_does_not_hold_up_the_others() {
     let db = TestDb::new().await;
