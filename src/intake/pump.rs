@@ -93,7 +93,8 @@ pub struct Pump {
     pub settle: Duration,
     /// Most deliveries per round.
     pub batch: usize,
-    /// Looks for deliveries other processes stored this often (its own writer wakes it).
+    /// Scans for deliveries other processes stored (or a killed one left) this often; its own
+    /// writer hands it what it stored.
     pub poll: Duration,
     /// What this process's writer stored (and the wake-up).
     pub handoff: Arc<Handoff>,
