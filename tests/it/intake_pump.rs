@@ -191,6 +191,15 @@ async fn two_pumps_share_the_work_and_double_nothing() {
     assert_eq!(count(&b.engine, "select count(*) from webhook_deliveries where cardinality(job_ids) = 1").await, 3000);
 }
 
+/// `b`'s pump, scanning every `poll`, started with a writer that hands it what it stores (as in a
+/// process with the intake); cancel the token to stop the pump.
+fn pump_with_writer(b: &Bare, poll: Duration) -> (DeliveryWriter, CancellationToken) {
+    let pump = Pump { poll, ..b.pump.clone() };
+    let stop = CancellationToken::new();
+    tokio::spawn(pump.clone().run(stop.clone()));
+    (DeliveryWriter::start(b.engine.clone(), 1, 512, pump.handoff.clone()), stop)
+}
+
 /// A pump takes what its own writer hands it by id and scans for the rest on its poll: deliveries
 /// another process stored (and never handed over) are processed while its own writer keeps it
 /// busy, not only once its own intake goes quiet.
@@ -198,11 +207,8 @@ async fn two_pumps_share_the_work_and_double_nothing() {
 async fn a_pump_busy_with_its_own_writer_still_takes_what_another_process_stored() {
     let db = TestDb::new().await;
     let b = bare(&db).await;
-    let pump = Pump { poll: Duration::from_millis(200), ..b.pump.clone() };
-    let stop = CancellationToken::new();
-    tokio::spawn(pump.clone().run(stop.clone()));
+    let (own, stop) = pump_with_writer(&b, Duration::from_millis(200));
     // this process's intake: a delivery every 5 ms until told to stop
-    let own = DeliveryWriter::start(b.engine.clone(), 1, 512, pump.handoff.clone());
     let busy = CancellationToken::new();
     let load = {
         let busy = busy.clone();
@@ -219,12 +225,13 @@ async fn a_pump_busy_with_its_own_writer_still_takes_what_another_process_stored
     // another process's: stored, never handed to this pump
     let theirs = stored_unpumped(&b.engine, (0..50).map(|n| delivery(n, json!([format!("user:{n}")]))).collect()).await;
     eventually(Duration::from_secs(20), "the other process's deliveries processed", || async {
-        let n: i64 =
-            sqlx::query_scalar("select count(*) from webhook_deliveries where id = any($1) and processed_at is not null")
-                .bind(&theirs)
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from webhook_deliveries where id = any($1) and processed_at is not null",
+        )
+        .bind(&theirs)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
         (n == 50).then_some(())
     })
     .await;
@@ -245,10 +252,7 @@ async fn a_pump_busy_with_its_own_writer_still_takes_what_another_process_stored
 async fn handed_deliveries_past_one_rounds_jobs_go_in_the_next_round() {
     let db = TestDb::new().await;
     let b = bare(&db).await;
-    let pump = Pump { poll: Duration::from_secs(3600), ..b.pump.clone() };
-    let stop = CancellationToken::new();
-    tokio::spawn(pump.clone().run(stop.clone()));
-    let own = DeliveryWriter::start(b.engine.clone(), 1, 512, pump.handoff.clone());
+    let (own, stop) = pump_with_writer(&b, Duration::from_secs(3600));
     // once one delivery is processed, the pump's first scan is behind it: what follows is handed
     own.store(delivery(9999, json!(["user:9999"]))).await.unwrap();
     pumped(&b.engine).await;
