@@ -6,6 +6,7 @@
 # JSON lines go to bench/results.jsonl.
 #   bench/run.sh          (BENCH_PG overrides the admin URL)
 #   bench/run.sh intake   (only pgbench and the intake bench: intake, event storm, RSS)
+#   bench/run.sh core     (the references, the engine and the intake: no Slurm test cluster)
 # BENCH_USERS (default 1000): users of the end-to-end figure. scripts/bench-smoke runs every bench
 # seconds long (CI).
 set -euo pipefail
@@ -24,7 +25,7 @@ else
     repeat cargo bench --quiet --bench engine | grep '^{' | tee -a "$out"
 fi
 repeat cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
-if [[ "${1:-}" != intake ]]; then
+if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
     # the full reconcile reads (and seeds, and cleans up) the shared Slurm test cluster: only the
     # run under the cluster's lock (ONRAMP_BENCH_SLURM=sim: a simulated slurmdbd); it repeats itself
     scripts/slurm-test-cluster.sh start >&2

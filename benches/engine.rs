@@ -102,9 +102,16 @@ async fn throughput(admin: &str) {
     let concurrency: usize = env("BENCH_CONCURRENCY", 256);
     let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;
     let engine = Engine::new(pool.clone(), Registry::new().with(Noop { starts: Arc::default() }));
-    let batch: Vec<NewJob> =
-        (0..1000).map(|i| NewJob::new("bench.noop", &format!("s/{i}"), json!({}), Actor::cli("bench"))).collect();
-    for _ in 0..jobs / 1000 {
+    // BENCH_SUBJECTS distinct subjects, jobs spread over them in turn (one subject's jobs run one
+    // at a time, oldest first)
+    let subjects: usize = env("BENCH_SUBJECTS", 1000);
+    for b in 0..jobs / 1000 {
+        let batch: Vec<NewJob> = (0..1000)
+            .map(|i| {
+                let s = (b * 1000 + i) % subjects;
+                NewJob::new("bench.noop", &format!("s/{s}"), json!({}), Actor::cli("bench"))
+            })
+            .collect();
         engine.enqueue(&batch).await.unwrap();
     }
     // WAL written while draining (the whole server's; nothing else should run): what a job costs on disk

@@ -19,6 +19,7 @@ mod policy;
 mod query;
 mod retention;
 pub mod simulate;
+mod stats;
 mod store;
 mod subjects;
 pub mod trace;

@@ -94,7 +94,7 @@ pub async fn latest_entries(
 }
 
 /// Unfinished jobs of the given tenants, counted by tenant, kind and state: read from the partial
-/// index of unfinished jobs per tenant (jobs_tenant_open), never the tenant's history.
+/// index of unfinished jobs (jobs_open), never the tenant's history.
 pub async fn open_counts(pool: &PgPool, tenants: &[&str]) -> Result<Vec<OpenCount>, EngineError> {
     let rows: Vec<(String, String, JobState, i64)> = sqlx::query_as(
         "select tenant, kind, state, count(*) from jobs

@@ -14,6 +14,7 @@ use tracing::{Instrument, Span};
 
 use super::decide::{Situation, decide};
 use super::leases;
+use super::stats;
 use super::store::{self, Claimed, StepWrite};
 use super::trace;
 use super::worker_tasks::{heartbeat, listen, write_loop};
@@ -67,6 +68,8 @@ pub(super) struct Shared {
     /// were due before it) instead of going on in it: breadth first, so that a thousand jobs
     /// reach a batched step together rather than one slot's worth at a time.
     pub(super) backlog: AtomicBool,
+    /// When this worker last looked at the planner's statistics of `jobs` (see [`stats`]).
+    pub(super) stats_checked: stats::Freshness,
 }
 
 type Writes = mpsc::Sender<(StepWrite, oneshot::Sender<bool>)>;
@@ -91,6 +94,7 @@ pub async fn run(
         wake: Notify::new(),
         stopping: shutdown.clone(),
         backlog: AtomicBool::new(false),
+        stats_checked: stats::Freshness::default(),
     });
     let background = CancellationToken::new();
     let listener = tokio::spawn(listen(shared.clone(), background.clone()));
@@ -174,6 +178,17 @@ async fn claim_loop(
         let got = claimed.len();
         shared.stats.claimed.fetch_add(got as u64, Relaxed);
         shared.backlog.store(got == asked, Relaxed);
+        if got == asked && shared.stats_checked.due() {
+            // a burst: the plans of the next claims and writes are only as good as the statistics
+            let pool = shared.pool.clone();
+            tokio::spawn(async move {
+                match stats::refresh(&pool).await {
+                    Ok(true) => tracing::debug!("analyzed jobs after a burst"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not analyze jobs"),
+                }
+            });
+        }
         for (c, permit) in claimed.into_iter().zip(permits.drain(..)) {
             let cancel = CancellationToken::new();
             shared

@@ -12,6 +12,7 @@ mod docs;
 mod doctor;
 mod engine_flows;
 mod engine_mechanics;
+mod engine_plans;
 mod engine_processes;
 mod fakes_chaos;
 mod flows_archive;

@@ -1,0 +1,55 @@
+//! The engine's plans after a burst: jobs enqueued faster than PostgreSQL's statistics follow.
+
+use std::time::Duration;
+
+use onramp::engine::{Actor, NewJob, Registry, Transition};
+use serde_json::json;
+
+use crate::common::*;
+use crate::engine_flows::Scripted;
+
+const SECS30: Duration = Duration::from_secs(30);
+
+/// What PostgreSQL's statistics say of `jobs`: rows changed since its last analysis, and whether
+/// it was ever analyzed.
+async fn jobs_stats(db: &TestDb) -> (i64, bool) {
+    sqlx::query_as(
+        "select n_mod_since_analyze, last_analyze is not null or last_autoanalyze is not null
+         from pg_stat_user_tables where relname = 'jobs'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_finds_a_burst_has_jobs_analyzed_and_its_claims_take_the_oldest_first() {
+    let db = TestDb::new().await;
+    let (flow, journal) = Scripted::new("t.burst", &["only"], |_, _| async { Transition::Done(json!(null)) });
+    let engine = engine(&db, Registry::new().with(flow));
+    let jobs: Vec<NewJob> = (0..3000)
+        .map(|i| NewJob::new("t.burst", &format!("tenant-a/u{}", i % 500), json!({}), Actor::cli("test")))
+        .collect();
+    let ids: Vec<i64> = engine.enqueue(&jobs).await.unwrap().iter().map(|e| e.id).collect();
+    // the burst reaches the statistics' counters (a backend reports them within seconds)
+    eventually(SECS30, "the inserts to be counted", || async {
+        let (changed, analyzed) = jobs_stats(&db).await;
+        (changed >= 3000).then_some(assert!(!analyzed, "nothing analyzed jobs before a worker ran"))
+    })
+    .await;
+
+    let w = TestWorker::start(&engine, worker_config("w1", Duration::from_secs(10)));
+    eventually(SECS30, "jobs to be analyzed", || async { jobs_stats(&db).await.1.then_some(()) }).await;
+    let last = *ids.last().unwrap();
+    wait_state(&engine, last, "succeeded", SECS30).await;
+    w.shutdown().await;
+
+    // every job ran once, and each subject's jobs in the order they were enqueued
+    let journal = journal.lock().unwrap().clone();
+    assert_eq!(journal.len(), 3000);
+    let order: Vec<i64> = journal.iter().map(|e| e.job).collect();
+    for subject in 0..500 {
+        let mine: Vec<i64> = order.iter().copied().filter(|id| (id - ids[0]) % 500 == subject).collect();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "subject {subject} ran out of order: {mine:?}");
+    }
+}
