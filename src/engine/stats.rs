@@ -6,42 +6,43 @@
 //! finds more due work than it has slots asks for an ANALYZE when the table changed a lot since
 //! the last one; it takes a sample, so it costs tens of milliseconds whatever the table's size.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
 use super::EngineError;
 
-/// At most one look per process this often.
+/// At most one look per worker this often.
 const EVERY: Duration = Duration::from_secs(5);
 
-/// When this process last looked (None: never).
-#[derive(Debug, Default)]
-pub(crate) struct Freshness {
-    last: Mutex<Option<Instant>>,
-}
-
-impl Freshness {
-    /// Whether it is time to look again; marks the look.
-    pub(crate) fn due(&self) -> bool {
-        let mut last = self.last.lock().expect("freshness lock");
-        let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < EVERY) {
-            return false;
-        }
-        *last = Some(now);
-        true
+/// After a claim that found a backlog: looks (at most every [`EVERY`] since `last`) whether
+/// `jobs` needs analyzing, in a task of its own, so the claim loop does not wait for it.
+pub(crate) fn after_backlog(pool: &PgPool, last: &mut Option<Instant>) {
+    let now = Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < EVERY) {
+        return;
     }
+    *last = Some(now);
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        match refresh(&pool).await {
+            Ok(true) => tracing::debug!("analyzed jobs after a burst"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "could not analyze jobs"),
+        }
+    });
 }
 
-/// Analyzes `jobs` if more of it changed since its last analysis than autovacuum's default
-/// threshold (50 rows and a tenth of the table) plus a thousand. Returns whether it did.
-pub(crate) async fn refresh(pool: &PgPool) -> Result<bool, EngineError> {
+/// Analyzes `jobs` if it grew to more than twice its size at its last analysis (read from the
+/// file's size, which counts every committed insert at once) or if more of it changed since than
+/// autovacuum's default threshold (50 rows and a tenth of the table) plus a thousand (counters
+/// that backends report a second or more late). Returns whether it did.
+async fn refresh(pool: &PgPool) -> Result<bool, EngineError> {
     let stale: bool = sqlx::query_scalar(
-        "select coalesce((select s.n_mod_since_analyze > 1050 + 0.1 * greatest(c.reltuples, 0)
-                          from pg_stat_user_tables s join pg_class c on c.oid = s.relid
-                          where s.relid = 'jobs'::regclass), false)",
+        "select coalesce((select pg_relation_size(c.oid) / current_setting('block_size')::int > 2 * c.relpages + 40
+                                 or s.n_mod_since_analyze > 1050 + 0.1 * greatest(c.reltuples, 0)
+                          from pg_class c join pg_stat_user_tables s on s.relid = c.oid
+                          where c.oid = 'jobs'::regclass), false)",
     )
     .fetch_one(pool)
     .await?;

@@ -68,8 +68,6 @@ pub(super) struct Shared {
     /// were due before it) instead of going on in it: breadth first, so that a thousand jobs
     /// reach a batched step together rather than one slot's worth at a time.
     pub(super) backlog: AtomicBool,
-    /// When this worker last looked at the planner's statistics of `jobs` (see [`stats`]).
-    pub(super) stats_checked: stats::Freshness,
 }
 
 type Writes = mpsc::Sender<(StepWrite, oneshot::Sender<bool>)>;
@@ -94,7 +92,6 @@ pub async fn run(
         wake: Notify::new(),
         stopping: shutdown.clone(),
         backlog: AtomicBool::new(false),
-        stats_checked: stats::Freshness::default(),
     });
     let background = CancellationToken::new();
     let listener = tokio::spawn(listen(shared.clone(), background.clone()));
@@ -147,6 +144,8 @@ async fn claim_loop(
     // only the kinds this process runs: declared-only kinds are left to the workers that run them
     let kinds = shared.registry.runnable_kinds();
     let mut db_backoff = Duration::from_millis(100);
+    // when this worker last looked at the statistics of `jobs`
+    let mut stats_checked = None;
     loop {
         let first = tokio::select! {
             p = sem.clone().acquire_owned() => p.expect("semaphore is never closed"),
@@ -178,16 +177,9 @@ async fn claim_loop(
         let got = claimed.len();
         shared.stats.claimed.fetch_add(got as u64, Relaxed);
         shared.backlog.store(got == asked, Relaxed);
-        if got == asked && shared.stats_checked.due() {
+        if got == asked {
             // a burst: the plans of the next claims and writes are only as good as the statistics
-            let pool = shared.pool.clone();
-            tokio::spawn(async move {
-                match stats::refresh(&pool).await {
-                    Ok(true) => tracing::debug!("analyzed jobs after a burst"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not analyze jobs"),
-                }
-            });
+            stats::after_backlog(&shared.pool, &mut stats_checked);
         }
         for (c, permit) in claimed.into_iter().zip(permits.drain(..)) {
             let cancel = CancellationToken::new();
