@@ -3,8 +3,9 @@
 //! table, which may be an empty table: autovacuum analyzes a minute or more later, and not at
 //! all where it is turned off. The result writes then took every due job and matched each one to
 //! every write of the batch (38 ms for 255 writes over 20,000 due jobs). A worker whose claim
-//! finds more due work than it has slots asks for an ANALYZE when the table changed a lot since
-//! the last one; it takes a sample, so it costs tens of milliseconds whatever the table's size.
+//! finds more due work than it has slots asks for an ANALYZE when the table grew or changed a
+//! lot since the last one; it takes a sample, so it costs tens of milliseconds whatever the
+//! table's size.
 
 use std::time::{Duration, Instant};
 
