@@ -71,6 +71,7 @@ fn dev_timings() -> flows::Timings {
         cleanup_deadline: s(60),
         retention: s(120),
         retry_initial: s(1),
+        retry_max: s(30),
         retry_attempts: 8,
     }
 }

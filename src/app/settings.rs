@@ -103,6 +103,10 @@ impl BackendSettings {
     /// `slurm_calls`: this process reaches Slurm (its route is checked).
     pub fn from_args(a: BackendArgs, slurm_calls: bool) -> anyhow::Result<Self> {
         let (slurm, flows) = (&a.slurm, FlowSettings::from(a.flows));
+        anyhow::ensure!(
+            flows.retry_max >= flows.retry_initial,
+            "ONRAMP_RETRY_MAX must be at least ONRAMP_RETRY_INITIAL"
+        );
         Ok(Self {
             slurm: SlurmSettings {
                 cluster: ClusterName::parse(&slurm.slurm_cluster).context("ONRAMP_SLURM_CLUSTER")?,

@@ -36,8 +36,10 @@ pub struct Timings {
     pub cleanup_deadline: Duration,
     /// How long a departed user's or tenant's data is kept before deletion (30 days).
     pub retention: Duration,
-    /// The first retry delay of a failed step (doubling up to two minutes).
+    /// The first retry delay of a failed step (doubling up to `retry_max`).
     pub retry_initial: Duration,
+    /// The longest delay between two attempts of a failed step (two minutes).
+    pub retry_max: Duration,
     /// Attempts of a step before its job fails and waits for a person.
     pub retry_attempts: u32,
 }
@@ -55,6 +57,7 @@ impl Default for Timings {
             cleanup_deadline: Duration::from_secs(10 * 60),
             retention: Duration::from_secs(30 * 24 * 3600),
             retry_initial: Duration::from_secs(2),
+            retry_max: Duration::from_secs(120),
             retry_attempts: 8,
         }
     }
@@ -130,7 +133,7 @@ impl Backends {
         crate::engine::RetryPolicy {
             max_attempts,
             initial_delay: self.timings.retry_initial,
-            max_delay: Duration::from_secs(120),
+            max_delay: self.timings.retry_max,
             factor: 2.0,
             timeout: Duration::from_secs(600),
         }

@@ -21,8 +21,10 @@ pub struct FlowSettings {
     pub archive_dir: String,
     /// Attempts of a step before its job fails (notifications: their own, smaller budget).
     pub retry_attempts: u32,
-    /// Delay before a failed step's first retry (doubling up to two minutes).
+    /// Delay before a failed step's first retry (doubling up to `retry_max`).
     pub retry_initial: Duration,
+    /// The longest delay between two attempts of a failed step.
+    pub retry_max: Duration,
 }
 
 impl Default for FlowSettings {
@@ -37,6 +39,7 @@ impl Default for FlowSettings {
             archive_dir: "/var/spool/slurm/archive".into(),
             retry_attempts: 8,
             retry_initial: Duration::from_secs(2),
+            retry_max: Duration::from_secs(120),
         }
     }
 }
@@ -51,6 +54,7 @@ impl FlowSettings {
             cleanup_deadline: self.cleanup_deadline,
             retention: self.retention,
             retry_initial: self.retry_initial,
+            retry_max: self.retry_max,
             retry_attempts: self.retry_attempts,
             ..Timings::default()
         }

@@ -82,6 +82,7 @@ pub fn short() -> Timings {
         cleanup_deadline: Duration::from_secs(5),
         retention: Duration::from_secs(1),
         retry_initial: Duration::from_millis(100),
+        retry_max: Duration::from_secs(5),
         retry_attempts: 8,
     }
 }

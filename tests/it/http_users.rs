@@ -96,6 +96,7 @@ fn timings() -> Timings {
         cleanup_deadline: Duration::from_secs(5),
         retention: Duration::from_secs(3600),
         retry_initial: Duration::from_millis(100),
+        retry_max: Duration::from_secs(5),
         retry_attempts: 8,
     }
 }

@@ -169,9 +169,12 @@ pub struct FlowArgs {
     /// Attempts of a user or tenant flow's step before its job fails and waits for a person.
     #[arg(long, env = "ONRAMP_RETRY_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub retry_attempts: u32,
-    /// Delay before a failed step's first retry; it doubles per attempt, up to two minutes.
+    /// Delay before a failed step's first retry; it doubles per attempt, up to `--retry-max`.
     #[arg(long, env = "ONRAMP_RETRY_INITIAL", default_value = "2s", value_parser = parse_duration)]
     pub retry_initial: Duration,
+    /// The longest delay between two attempts of a failed step (a 429's Retry-After included).
+    #[arg(long, env = "ONRAMP_RETRY_MAX", default_value = "2m", value_parser = parse_duration)]
+    pub retry_max: Duration,
 }
 
 impl From<K8sArgs> for crate::backends::kubernetes::K8sSettings {
@@ -242,6 +245,7 @@ impl From<FlowArgs> for crate::flows::settings::FlowSettings {
             archive_dir: a.archive_dir,
             retry_attempts: a.retry_attempts,
             retry_initial: a.retry_initial,
+            retry_max: a.retry_max,
         }
     }
 }

@@ -34,6 +34,12 @@ const RETRY_AFTER: u32 = 3;
 /// with such backends would set, and reports the most retries a step needed.
 const ATTEMPTS: i64 = 24;
 
+/// The longest delay between two attempts (`ONRAMP_RETRY_MAX`; production's is 2 minutes). Above
+/// RETRY_AFTER, so each 429's wait is honoured whole. With production's cap, a step that needed 10
+/// retries (one did, in a full run) sat 64 s then 120 s between its last attempts, and its job was
+/// still pending at the scenario's deadline.
+const MAX_DELAY: &str = "4s";
+
 fn max_attempts(step: &str) -> i64 {
     if step == "notify" { 4 } else { ATTEMPTS }
 }
@@ -51,8 +57,13 @@ async fn backend_faults_onboarding_converges_and_permanent_errors_fail_fast() {
     let budget = ATTEMPTS.to_string();
     for (k, v) in [("ONRAMP_AUTHENTIK_TIMEOUT", "1s"), ("ONRAMP_K8S_TIMEOUT", "2s"), ("ONRAMP_SLURM_TIMEOUT", "20s")]
         .into_iter()
-        // retries sooner than production's 2 s, so the run fits in minutes (same code path)
-        .chain([("ONRAMP_RETRY_INITIAL", "250ms"), ("ONRAMP_RETRY_ATTEMPTS", budget.as_str())])
+        // retries sooner than production's 2 s and never more than MAX_DELAY apart, so the run fits
+        // in minutes (same code path)
+        .chain([
+            ("ONRAMP_RETRY_INITIAL", "250ms"),
+            ("ONRAMP_RETRY_MAX", MAX_DELAY),
+            ("ONRAMP_RETRY_ATTEMPTS", budget.as_str()),
+        ])
     {
         opts.settings.insert(k.into(), v.into());
     }
