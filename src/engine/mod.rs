@@ -123,15 +123,6 @@ impl Engine {
         ops::list(&self.pool, filter).await
     }
 
-    pub async fn changed_since(
-        &self,
-        since: time::OffsetDateTime,
-        tenant: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Job>, EngineError> {
-        ops::changed_since(&self.pool, since, tenant, limit).await
-    }
-
     pub async fn step_runs(&self, id: i64) -> Result<Vec<StepRun>, EngineError> {
         ops::step_runs(&self.pool, id).await
     }

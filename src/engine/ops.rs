@@ -216,21 +216,3 @@ pub async fn step_runs(pool: &PgPool, id: i64) -> Result<Vec<StepRun>, EngineErr
 pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError> {
     Ok(sqlx::query_as("select * from job_events where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
 }
-
-/// Jobs changed after `since` (oldest change first), for live views.
-pub async fn changed_since(
-    pool: &PgPool,
-    since: OffsetDateTime,
-    tenant: Option<&str>,
-    limit: u32,
-) -> Result<Vec<Job>, EngineError> {
-    Ok(sqlx::query_as(&format!(
-        "select {JOB_COLUMNS} from jobs where updated_at > $1 and ($2::text is null or tenant = $2)
-         order by updated_at limit $3"
-    ))
-    .bind(since)
-    .bind(tenant)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?)
-}
