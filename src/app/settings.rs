@@ -246,4 +246,27 @@ mod tests {
         let e = super::refuse_moved(|n| n == "ONRAMP_RESERVATION_NAME").unwrap_err().to_string();
         assert!(e.starts_with("ONRAMP_RESERVATION_NAME is no longer a setting") && e.contains("reservation: "), "{e}");
     }
+
+    #[test]
+    fn a_retry_cap_below_the_first_retry_delay_is_refused_by_name() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            b: super::BackendArgs,
+        }
+        let parse =
+            |args: &[&str]| Cmd::try_parse_from(std::iter::once("onramp").chain(args.iter().copied())).unwrap().b;
+        let low = parse(&["--retry-initial", "10s", "--retry-max", "5s"]);
+        let Err(e) = super::BackendSettings::from_args(low, false) else {
+            panic!("a cap below the first delay was taken")
+        };
+        assert_eq!(e.to_string(), "ONRAMP_RETRY_MAX must be at least ONRAMP_RETRY_INITIAL");
+        let s = super::BackendSettings::from_args(parse(&["--retry-max", "4s"]), false).unwrap();
+        assert_eq!(
+            (s.flows.retry_initial, s.flows.retry_max),
+            (super::Duration::from_secs(2), super::Duration::from_secs(4))
+        );
+        assert_eq!(s.flows.timings().retry_max, super::Duration::from_secs(4));
+    }
 }
