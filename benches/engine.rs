@@ -48,6 +48,11 @@ async fn fresh_db(admin: &str, name: &str) -> (String, PgPool) {
     let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(&url).await.unwrap();
     onramp::app::db::migrate(&pool).await.unwrap();
+    // BENCH_SETUP_SQL: statements run after the migrations, for A/B experiments on the schema
+    // (bench/wal-profile.sh: e.g. what the drain costs with an index fewer) without a rebuild
+    if let Ok(sql) = std::env::var("BENCH_SETUP_SQL") {
+        sqlx::raw_sql(&sql).execute(&pool).await.expect("BENCH_SETUP_SQL runs");
+    }
     (url, pool)
 }
 
@@ -123,9 +128,10 @@ async fn throughput(admin: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
+    let lsn1 = wal_lsn(&pool).await;
     let wal: f64 = sqlx::query_scalar("select pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8")
-        .bind(wal_lsn(&pool).await)
-        .bind(lsn0)
+        .bind(&lsn1)
+        .bind(&lsn0)
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -138,7 +144,7 @@ async fn throughput(admin: &str) {
         "{}",
         json!({"system": "onramp", "measure": "throughput", "jobs": done, "workers": workers,
                "concurrency": concurrency, "seconds": secs, "jobs_per_s": done as f64 / secs,
-               "wal_bytes_per_job": (wal / done as f64).round()})
+               "wal_bytes_per_job": (wal / done as f64).round(), "wal_from": lsn0, "wal_to": lsn1})
     );
     drop_db(admin, "onramp_bench_throughput").await;
 }

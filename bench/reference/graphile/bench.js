@@ -130,8 +130,9 @@ async function drainOnce() {
         Math.max(120_000, JOBS * 5), 20, "queue to drain",
       );
       const seconds = (performance.now() - t0) / 1000;
-      const wal = (await db.query("select pg_wal_lsn_diff($1, $2)::float8 d", [await lsn(), lsn0])).rows[0].d;
-      return { seconds, enqueueSeconds, walBytesPerJob: wal / JOBS };
+      const lsn1 = await lsn();
+      const wal = (await db.query("select pg_wal_lsn_diff($1, $2)::float8 d", [lsn1, lsn0])).rows[0].d;
+      return { seconds, enqueueSeconds, walBytesPerJob: wal / JOBS, walFrom: lsn0, walTo: lsn1 };
     } finally {
       await db.end();
       await Promise.all(children.map((c) => new Promise((r) => (c.once("exit", r), c.send("stop")))));
@@ -152,6 +153,8 @@ async function throughput() {
     procs: PROCS, concurrency: CONCURRENCY, enqueue_s: +median.enqueueSeconds.toFixed(3),
     runs_jobs_per_s: runs.map((r) => Math.round(JOBS / r.seconds)),
     wal_bytes_per_job: Math.round(median.walBytesPerJob),
+    // the median drain's WAL (bench/wal-profile.sh breaks it down by record type)
+    wal_from: median.walFrom, wal_to: median.walTo,
   };
 }
 
