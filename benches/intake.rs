@@ -16,7 +16,7 @@
 //!   ONRAMP_BENCH_SMOKE=1 cargo bench --bench intake     # seconds: 2 s of intake, a storm of 500
 //!
 //! Settings: BENCH_PG (admin URL), BENCH_SECONDS (20), BENCH_CLIENTS (32), BENCH_STORM (10000),
-//! BENCH_WRITERS (2), BENCH_ONRAMP (target/release/onramp).
+//! BENCH_WRITERS (2), BENCH_ONRAMP (target/release/onramp), BENCH_SETUP_SQL (run after the migrations).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -229,15 +229,25 @@ async fn main() {
         })
     };
     let pool = PgPool::connect(&url).await.unwrap();
+    // BENCH_SETUP_SQL: statements run once the server has migrated, for A/B experiments on the
+    // schema (bench/wal-profile.sh intake) without a rebuild
+    if let Ok(sql) = std::env::var("BENCH_SETUP_SQL") {
+        sqlx::raw_sql(&sql).execute(&pool).await.expect("BENCH_SETUP_SQL runs");
+    }
 
     // 1. intake for `seconds`
     let window = Duration::from_secs_f64(seconds);
+    // the WAL range from the first request until the pump has caught up (bench/wal-profile.sh
+    // breaks it down by record type): all a delivery costs the database
+    let lsn = || sqlx::query_scalar::<_, String>("select pg_current_wal_lsn()::text").fetch_one(&pool);
+    let wal_from = lsn().await.unwrap();
     let t0 = Instant::now();
     // as many as 15,000 a second could send (more are signed as they go)
     let prepare = (15_000.0 * seconds) as usize;
     let sent = send(&base, clients, prepare, move |_, t0| t0.elapsed() >= window, user_event).await;
     let secs = t0.elapsed().as_secs_f64();
     let catch_up = pumped(&pool, Duration::from_secs(120)).await;
+    let wal_to = lsn().await.unwrap();
     sampling.store(false, Relaxed);
     sampler.await.unwrap();
     let hwm_kb = status_kb(pid, "VmHWM:").unwrap_or(0);
@@ -263,7 +273,7 @@ async fn main() {
                "stored": stored, "processed": processed, "jobs": jobs, "seconds": secs,
                "deliveries_per_s": sent.accepted as f64 / secs,
                "p50_ms": percentile_ms(&sent.latencies_us, 0.50), "p99_ms": percentile_ms(&sent.latencies_us, 0.99),
-               "pump_catch_up_s": catch_up, "smoke": smoke})
+               "pump_catch_up_s": catch_up, "wal_from": wal_from, "wal_to": wal_to, "smoke": smoke})
     );
     println!(
         "{}",

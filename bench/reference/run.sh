@@ -40,12 +40,16 @@ for sc in on off; do
   for c in 1 8 32; do
     echo "pgbench: INSERT, $c clients, ${secs}s, synchronous_commit=$sc" >&2
     psql -q "$db_url" -c "TRUNCATE webhook_delivery" -c "CHECKPOINT"
+    # the run's WAL range (bench/wal-profile.sh breaks it down by record type)
+    lsn0="$(psql -Atq "$db_url" -c "select pg_current_wal_lsn()")"
     out="$(PGOPTIONS="-c synchronous_commit=$sc" \
       pgbench -n -f "$here/pgbench/insert.sql" -c "$c" -j 2 -T "$secs" "$db_url" 2>&1)" \
       || { echo "$out" >&2; exit 1; }
+    lsn1="$(psql -Atq "$db_url" -c "select pg_current_wal_lsn()")"
     tps="$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")"
     lat="$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")"
-    printf '{"system":"pgbench-insert","clients":%s,"tps":%.0f,"latency_avg_ms":%s,"synchronous_commit":"%s","seconds":%s}\n' \
-      "$c" "$tps" "$lat" "$sc" "$secs"
+    n="$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
+    printf '{"system":"pgbench-insert","clients":%s,"tps":%.0f,"latency_avg_ms":%s,"synchronous_commit":"%s","seconds":%s,"transactions":%s,"wal_from":"%s","wal_to":"%s"}\n' \
+      "$c" "$tps" "$lat" "$sc" "$secs" "$n" "$lsn0" "$lsn1"
   done
 done
