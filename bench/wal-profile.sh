@@ -19,13 +19,19 @@ jobs=${BENCH_JOBS:-20000}
 which=${1:-engine}
 scratch="${BENCH_PG%/*}/bench_walinspect"
 psql -qX "$BENCH_PG" -c "drop database if exists bench_walinspect with (force)" -c "create database bench_walinspect"
-cleanup() {
+# the slot keeps every WAL segment from its creation on: it must not outlive the run (a run
+# killed before its cleanup left one: dropped here first)
+drop_slot() {
     psql -qX "$BENCH_PG" -c "select pg_drop_replication_slot('onramp_wal_profile')
                              from pg_replication_slots where slot_name = 'onramp_wal_profile'" >/dev/null
+}
+cleanup() {
+    drop_slot
     psql -qX "$BENCH_PG" -c "drop database if exists bench_walinspect with (force)"
 }
 trap cleanup EXIT
 psql -qX "$scratch" -c "create extension pg_walinspect"
+drop_slot
 # holds the runs' WAL until it is read (a checkpoint would recycle it)
 psql -qX "$BENCH_PG" -c "select pg_create_physical_replication_slot('onramp_wal_profile', true)" >/dev/null
 
