@@ -82,12 +82,37 @@ where
     }
 }
 
+/// Polls job `id` until it is in `state`; on timeout the panic shows where the job is instead
+/// (its state, step, attempt, last error and its latest step runs), so a slow or stuck job can
+/// be told apart from a failed one.
 pub async fn wait_state(engine: &Engine, id: i64, state: &str, deadline: Duration) -> Job {
-    eventually(deadline, &format!("job {id} to be {state}"), || async {
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
         let j = engine.job(id).await.unwrap();
-        (j.state.as_str() == state).then_some(j)
-    })
-    .await
+        if j.state.as_str() == state {
+            return j;
+        }
+        if tokio::time::Instant::now() > end {
+            let runs = engine.step_runs(id).await.unwrap_or_default();
+            let recent: Vec<String> = runs
+                .iter()
+                .rev()
+                .take(5)
+                .map(|r| format!("{}#{} {:?} {:?}", r.step, r.attempt, r.outcome, r.error))
+                .collect();
+            panic!(
+                "timed out after {deadline:?} waiting for job {id} ({}) to be {state}: it is {} at step {} \
+                 (attempt {}, run at {}), last error {:?}; latest step runs: {recent:?}",
+                j.kind,
+                j.state.as_str(),
+                j.step,
+                j.attempt,
+                j.run_at,
+                j.last_error
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 pub async fn runs(engine: &Engine, id: i64) -> Vec<StepRun> {
