@@ -65,7 +65,19 @@ impl Drop for TestDb {
 }
 
 /// Polls `check` until it returns Some, or panics with `what` after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll_until(deadline, check).await {
+        Some(v) => v,
+        None => panic!("timed out after {deadline:?} waiting for {what}"),
+    }
+}
+
+/// Polls `check` until it returns Some; None once `deadline` has passed.
+pub async fn poll_until<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -73,10 +85,10 @@ where
     let end = tokio::time::Instant::now() + deadline;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
         if tokio::time::Instant::now() > end {
-            panic!("timed out after {deadline:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -86,33 +98,28 @@ where
 /// (its state, step, attempt, last error and its latest step runs), so a slow or stuck job can
 /// be told apart from a failed one.
 pub async fn wait_state(engine: &Engine, id: i64, state: &str, deadline: Duration) -> Job {
-    let end = tokio::time::Instant::now() + deadline;
-    loop {
+    let reached = poll_until(deadline, || async {
         let j = engine.job(id).await.unwrap();
-        if j.state.as_str() == state {
-            return j;
-        }
-        if tokio::time::Instant::now() > end {
-            let runs = engine.step_runs(id).await.unwrap_or_default();
-            let recent: Vec<String> = runs
-                .iter()
-                .rev()
-                .take(5)
-                .map(|r| format!("{}#{} {:?} {:?}", r.step, r.attempt, r.outcome, r.error))
-                .collect();
-            panic!(
-                "timed out after {deadline:?} waiting for job {id} ({}) to be {state}: it is {} at step {} \
-                 (attempt {}, run at {}), last error {:?}; latest step runs: {recent:?}",
-                j.kind,
-                j.state.as_str(),
-                j.step,
-                j.attempt,
-                j.run_at,
-                j.last_error
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        (j.state.as_str() == state).then_some(j)
+    })
+    .await;
+    if let Some(j) = reached {
+        return j;
     }
+    let j = engine.job(id).await.unwrap();
+    let runs = engine.step_runs(id).await.unwrap_or_default();
+    let recent: Vec<String> =
+        runs.iter().rev().take(5).map(|r| format!("{}#{} {:?} {:?}", r.step, r.attempt, r.outcome, r.error)).collect();
+    panic!(
+        "timed out after {deadline:?} waiting for job {id} ({}) to be {state}: it is {} at step {} \
+         (attempt {}, run at {}), last error {:?}; latest step runs: {recent:?}",
+        j.kind,
+        j.state.as_str(),
+        j.step,
+        j.attempt,
+        j.run_at,
+        j.last_error
+    );
 }
 
 pub async fn runs(engine: &Engine, id: i64) -> Vec<StepRun> {
