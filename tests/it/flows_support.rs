@@ -1,7 +1,8 @@
 //! The user and tenant flows against the real test Slurm cluster (through the fake Kubernetes
 //! API's slurmctld exec), the fake Kubernetes API (key Secret, login pod running argv here), the
 //! fake storage CLI, a real SMTP server, the fake Authentik and the webhook, all in one harness.
-//! Names are unique per test; each harness deletes the Slurm accounts it made.
+//! Names are unique per test; each harness deletes the Slurm accounts it made, and the first of a
+//! process deletes what a killed run's harnesses left (`flows_leftovers`).
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -87,13 +88,16 @@ pub fn short() -> Timings {
     }
 }
 
+/// `fl`, this process's id and a random part: what a killed run's harnesses left can be told from
+/// what a running one uses (`flows_leftovers`).
 fn uniq() -> String {
-    format!("fl{:06x}", fastrand::u32(..0xff_ffff))
+    format!("fl{:06x}{:06x}", std::process::id(), fastrand::u32(..0xff_ffff))
 }
 
 impl Harness {
     pub async fn start(timings: Timings) -> Self {
         crate::slurm::cluster_up();
+        crate::flows_leftovers::sweep_once().await;
         let db = TestDb::new().await;
         let (ak, ak_url) = intake_support::fake_authentik().await;
         let id = uniq();

@@ -16,6 +16,7 @@ mod engine_plans;
 mod engine_processes;
 mod fakes_chaos;
 mod flows_archive;
+mod flows_leftovers;
 mod flows_notify;
 mod flows_plan;
 mod flows_support;

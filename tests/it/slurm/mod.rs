@@ -56,8 +56,8 @@ pub fn writes() -> Arc<dyn WriteGate> {
     GATE.get_or_init(|| Arc::new(OneAtATime(write_lock()))).clone()
 }
 
-/// The lock behind [`writes`], also taken by [`Cleanup`]'s deletes.
-fn write_lock() -> Arc<tokio::sync::Mutex<()>> {
+/// The lock behind [`writes`], also taken by [`Cleanup`]'s deletes and the flows harness's sweep.
+pub fn write_lock() -> Arc<tokio::sync::Mutex<()>> {
     static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
     LOCK.get_or_init(Arc::default).clone()
 }
