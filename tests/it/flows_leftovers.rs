@@ -38,15 +38,15 @@ fn run(args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn list(args: &[&str], suffixes: &[&str]) -> Vec<String> {
+/// The non-empty lines `sacctmgr -n -P <args>` prints.
+fn show(args: &[&str]) -> Vec<String> {
     let out = Command::new("sacctmgr").args(["-n", "-P"]).args(args).output().expect("sacctmgr runs");
     assert!(out.status.success(), "sacctmgr {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|n| is_leftover(n, suffixes))
-        .map(String::from)
-        .collect()
+    String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+}
+
+fn list(args: &[&str], suffixes: &[&str]) -> Vec<String> {
+    show(args).into_iter().filter(|n| is_leftover(n, suffixes)).collect()
 }
 
 fn sweep() {
@@ -72,8 +72,7 @@ fn sweep() {
     // one write at a time with the other tests' Slurm writes (slurmdbd 22.05 loses concurrent ones)
     let _turn = crate::slurm::write_lock().blocking_lock_owned();
     for a in &accounts {
-        let users = run(&["sacctmgr", "-n", "-P", "show", "assoc", &format!("where account={a}"), "format=user"]);
-        for u in users.lines().map(str::trim).filter(|u| !u.is_empty()) {
+        for u in show(&["show", "assoc", "where", &format!("account={a}"), "format=user"]) {
             run(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={u}"), &format!("account={a}")]);
         }
         run(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={a}")]);
