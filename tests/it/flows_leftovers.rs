@@ -9,6 +9,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::slurm::{cancel_jobs, run};
+
 /// The id of the process that made `name`, when it is a flows harness's name with one of
 /// `suffixes` (`-acct`, `-ml`, `-other`, `-q`).
 pub fn harness_pid(name: &str, suffixes: &[&str]) -> Option<u32> {
@@ -32,12 +34,6 @@ pub async fn sweep_once() {
     SWEPT.get_or_init(|| async { tokio::task::spawn_blocking(sweep).await.expect("the sweep ran") }).await;
 }
 
-fn run(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output();
-    o.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-        .unwrap_or_default()
-}
-
 /// The non-empty lines `sacctmgr -n -P <args>` prints.
 fn show(args: &[&str]) -> Vec<String> {
     let out = Command::new("sacctmgr").args(["-n", "-P"]).args(args).output().expect("sacctmgr runs");
@@ -58,17 +54,7 @@ fn sweep() {
         return;
     }
     eprintln!("flows harness: deleting what a killed run left in Slurm: accounts {accounts:?}, QOS {qos:?}");
-    let end = Instant::now() + Duration::from_secs(30);
-    for a in &accounts {
-        run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
-    }
-    let joined = accounts.join(",");
-    while !accounts.is_empty()
-        && !run(&["squeue", "-h", "-o", "%i", &format!("--account={joined}")]).trim().is_empty()
-        && Instant::now() < end
-    {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cancel_jobs(&accounts, Instant::now() + Duration::from_secs(30));
     // one write at a time with the other tests' Slurm writes (slurmdbd 22.05 loses concurrent ones)
     let _turn = crate::slurm::write_lock().blocking_lock_owned();
     for a in &accounts {

@@ -97,26 +97,36 @@ pub struct Cleanup {
     pub users: Vec<String>,
 }
 
+/// Runs a command to its end; what it printed (stdout, then stderr), empty when it did not start.
+pub fn run(args: &[&str]) -> String {
+    let o = std::process::Command::new(args[0]).args(&args[1..]).output();
+    o.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+        .unwrap_or_default()
+}
+
+/// Cancels the jobs of `accounts` and polls until slurmctld has none of them left (or `end`).
+pub fn cancel_jobs(accounts: &[String], end: std::time::Instant) {
+    if accounts.is_empty() {
+        return;
+    }
+    for a in accounts {
+        run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
+    }
+    let list = accounts.join(",");
+    while !run(&["squeue", "-h", "-o", "%i", &format!("--account={list}")]).trim().is_empty()
+        && std::time::Instant::now() < end
+    {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 impl Drop for Cleanup {
     /// Jobs first (polled until slurmctld has none left and slurmdbd lets the accounts go, for at
     /// most 30 s), then users, then accounts.
     fn drop(&mut self) {
-        let run = |args: &[&str]| {
-            let o = std::process::Command::new(args[0]).args(&args[1..]).output();
-            o.map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-                .unwrap_or_default()
-        };
         let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let list = self.accounts.join(",");
-        for a in &self.accounts {
-            run(&["scancel", &format!("--account={a}")]); // one account per call: a list cancels nothing
-        }
-        while !list.is_empty()
-            && !run(&["squeue", "-h", "-o", "%i", &format!("--account={list}")]).trim().is_empty()
-            && std::time::Instant::now() < end
-        {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        cancel_jobs(&self.accounts, end);
         // the deletes are writes too: one at a time with the other tests' (taken on a thread of its
         // own: this one may be an async runtime's)
         let lock = write_lock();
