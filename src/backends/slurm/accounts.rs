@@ -70,10 +70,21 @@ impl SlurmCli {
             if cur.is_none() {
                 let mut all = sets;
                 all.push(("Parent", parent.to_string()));
-                match self.write_read_back(&command::add_account(&self.cluster, &spec.name, &all), &mut unsure).await? {
+                match self.write_read_back(&command::add_account(&self.cluster, &spec.name, &all), &mut unsure).await {
                     // the reply was lost: the read-back below tells whether it was added
-                    Some(Outcome::Done) | None => done.created.push(spec.name.to_string()),
-                    _ => return Err(self.changed_meanwhile(&spec.name)),
+                    Ok(Some(Outcome::Done) | None) => done.created.push(spec.name.to_string()),
+                    Ok(_) => return Err(self.changed_meanwhile(&spec.name)),
+                    // a parent this call added a moment ago is not there: slurmdbd lost that add
+                    // (22.05 loses one of two concurrent writes, and not every writer passes the
+                    // gate): retryable, the next attempt adds it again
+                    Err(SlurmError::MissingParent(p)) if done.created.contains(&p) => {
+                        return Err(SlurmError::NotConverged {
+                            what: format!("account {p}"),
+                            want: "added".into(),
+                            got: format!("absent when {} was added under it", spec.name),
+                        });
+                    }
+                    Err(e) => return Err(e),
                 }
             } else if !sets.is_empty() {
                 self.write_read_back(&command::modify_account(&self.cluster, &spec.name, &sets), &mut unsure).await?;

@@ -77,3 +77,33 @@ async fn hostile_names_never_reach_an_argv() {
         }
     }
 }
+
+/// Runs commands here, except that the first `add account` answers as slurmdbd does when it
+/// loses a write to a concurrent one: success, and nothing added.
+struct LosesFirstAdd(std::sync::atomic::AtomicBool);
+
+impl Transport for LosesFirstAdd {
+    fn run<'a>(&'a self, cmd: &'a Command, timeout: Duration) -> RunFuture<'a> {
+        Box::pin(async move {
+            let add = cmd.argv().windows(2).any(|w| w[0] == "add" && w[1] == "account");
+            if add && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let stdout = " Adding Account(s)\n".to_string();
+                return Ok(onramp::backends::exec::Output { code: 0, stdout, stderr: String::new() });
+            }
+            LOCAL.run(cmd, timeout).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_lost_add_of_a_tenant_account_is_retryable_and_the_next_attempt_adds_it() {
+    let (t, a) = (uniq("t"), uniq("a"));
+    let _c = Cleanup { accounts: vec![a.clone(), t.clone()], users: vec![] };
+    let s = SlurmCli::new(Arc::new(LosesFirstAdd(Default::default())), cluster()).with_write_gate(writes());
+    let spec = tenant(&t, &[&a]);
+    // the team's add finds no parent: not a mistake in the spec, the tenant's add was lost
+    let e = s.ensure_tenant(&spec).await.unwrap_err();
+    assert!(matches!(&e, SlurmError::NotConverged { what, .. } if what.contains(&t)) && e.is_retryable(), "{e:?}");
+    let done = s.ensure_tenant(&spec).await.unwrap();
+    assert_eq!(done.created, vec![t.clone(), a.clone()]);
+}
