@@ -121,7 +121,7 @@ pub(super) async fn enqueue_through(
     lock(&mut tx, &budget.name).await?;
     let keys: Vec<&str> = t.metered.iter().map(Metered::key).collect();
     let open: Vec<String> = sqlx::query_scalar(
-        "select dedupe_key from jobs where dedupe_key = any($1) and state not in ('succeeded', 'cancelled')",
+        "select dedupe_key from jobs where dedupe_key = any($1) and queue_state not in ('succeeded', 'cancelled')",
     )
     .bind(&keys)
     .fetch_all(&mut *tx)

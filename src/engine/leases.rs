@@ -21,9 +21,10 @@ pub(crate) async fn renew(
     let ids = sqlx::query_scalar(
         "with v as (select * from unnest($3::bigint[], $4::int[], $5::int[]) v(id, step_index, attempt)),
          upd as (
-           update jobs j set run_at = now() + $2 * interval '1 millisecond'
+           -- no indexed column changes: a HOT update (migration 0027)
+           update jobs j set lease_until = now() + $2 * interval '1 millisecond'
            from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
-             and j.state = 'running' and j.lease_owner = $1)
+             and j.lease_owner = $1)
          -- a job that moved on to its next step in this worker is still held
          select v.id from v left join jobs j on j.id = v.id
          where j.id is null or j.state <> 'running' or j.lease_owner is distinct from $1",
@@ -43,9 +44,10 @@ pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]
     let done = sqlx::query(
         "with v as (select * from unnest($2::bigint[], $3::int[], $4::int[]) v(id, step_index, attempt)),
          r as (
-           update jobs j set state = 'pending', run_at = now(), lease_owner = null, updated_at = now()
+           update jobs j set queue_state = 'pending', run_at = now(), lease_owner = null, lease_until = null,
+                  updated_at = now()
            from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
-             and j.state = 'running' and j.lease_owner = $1
+             and j.lease_owner = $1
            returning j.id, j.step_index, j.attempt, j.step),
          s as (
            update step_runs s set finished_at = now(), outcome = 'released',

@@ -6,9 +6,16 @@ use time::OffsetDateTime;
 use super::store::{NOTIFY_CANCEL, NOTIFY_JOBS};
 use super::{Actor, EngineError, Job, JobEvent, JobState, StepRun};
 
-pub(super) const JOB_COLUMNS: &str =
-    "id, kind, subject, tenant, dedupe_key, state, input, outputs, step_index, step, attempt, run_at,
-     lease_owner, poll_deadline, approved_by, last_error, created_by, created_at, updated_at, finished_at";
+/// The columns of a [`Job`] from `jobs` (as `t`, e.g. `j.`, or `""`). While a worker holds the
+/// job's lease, its `run_at` is when the lease expires.
+pub(super) fn job_columns(t: &str) -> String {
+    format!(
+        "{t}id, {t}kind, {t}subject, {t}tenant, {t}dedupe_key, {t}state, {t}input, {t}outputs, {t}step_index,
+         {t}step, {t}attempt, case when {t}lease_owner is null then {t}run_at else {t}lease_until end as run_at,
+         {t}lease_owner, {t}poll_deadline, {t}approved_by, {t}last_error, {t}created_by, {t}created_at,
+         {t}updated_at, {t}finished_at"
+    )
+}
 
 /// Locks the job and checks that `action` may act on its state.
 async fn lock(
@@ -62,7 +69,7 @@ pub async fn cancel(pool: &PgPool, id: i64, actor: &Actor, reason: Option<&str>)
     let mut tx = pool.begin().await?;
     let (from, step) = lock(&mut tx, id, "cancel", &[Pending, Running, Waiting, NeedsApproval, Failed]).await?;
     sqlx::query(
-        "update jobs set state = 'cancelled', lease_owner = null, finished_at = now(), updated_at = now()
+        "update jobs set queue_state = 'cancelled', lease_owner = null, lease_until = null, finished_at = now(), updated_at = now()
          where id = $1",
     )
     .bind(id)
@@ -89,7 +96,7 @@ pub async fn retry(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, EngineE
     let mut tx = pool.begin().await?;
     let (from, step) = lock(&mut tx, id, "retry", &[JobState::Failed]).await?;
     sqlx::query(
-        "update jobs set state = 'pending', run_at = now(), attempt_floor = attempt, finished_at = null,
+        "update jobs set queue_state = 'pending', run_at = now(), attempt_floor = attempt, finished_at = null,
                 poll_deadline = null, updated_at = now()
          where id = $1",
     )
@@ -116,7 +123,7 @@ pub async fn approve(pool: &PgPool, id: i64, actor: &Actor) -> Result<Job, Engin
         return Err(EngineError::FourEyes { id, step, starter });
     }
     sqlx::query(
-        "update jobs set state = 'pending', run_at = now(), approved_step = step_index, approved_by = $2,
+        "update jobs set queue_state = 'pending', run_at = now(), approved_step = step_index, approved_by = $2,
                 updated_at = now()
          where id = $1",
     )
@@ -150,14 +157,16 @@ pub(super) async fn mark_four_eyes(pool: &PgPool, id: i64, step_index: i32, atte
 
 /// Commits and returns the job as this transaction left it (a worker may change it right after).
 async fn commit_returning(mut tx: Transaction<'_, Postgres>, id: i64) -> Result<Job, EngineError> {
-    let job =
-        sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1")).bind(id).fetch_one(&mut *tx).await?;
+    let job = sqlx::query_as(&format!("select {} from jobs where id = $1", job_columns("")))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(job)
 }
 
 pub async fn job(pool: &PgPool, id: i64) -> Result<Job, EngineError> {
-    sqlx::query_as(&format!("select {JOB_COLUMNS} from jobs where id = $1"))
+    sqlx::query_as(&format!("select {} from jobs where id = $1", job_columns("")))
         .bind(id)
         .fetch_optional(pool)
         .await?
@@ -187,13 +196,14 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
         other => (other, None),
     };
     let rows = sqlx::query_as(&format!(
-        "select {JOB_COLUMNS} from jobs
+        "select {} from jobs
          where ($1::text is null or state = $1) and ($2::text is null or kind = $2)
            and ($3::text is null or subject = $3) and ($4::text is null or subject like $4)
            and ($5::timestamptz is null or created_at >= $5) and ($6::bigint is null or id < $6)
            and ($8::text is null or tenant = $8)
            and ($9::text is null or left(kind, length($9)) <> $9)
-         order by id desc limit $7"
+         order by id desc limit $7",
+        job_columns("")
     ))
     .bind(f.state)
     .bind(f.kind.as_deref())

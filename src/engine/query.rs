@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::{Connection, PgConnection, PgPool};
 use time::OffsetDateTime;
 
-use super::ops::JOB_COLUMNS;
+use super::ops::job_columns;
 use super::{EngineError, Job, JobState};
 
 /// An array of objects in the outputs of succeeded jobs, e.g. a report's per-tenant entries.
@@ -42,9 +42,10 @@ pub struct OpenCount {
 
 /// The latest succeeded job of any of `kinds`, by the time it finished.
 pub async fn latest_succeeded(pool: &PgPool, kinds: &[&str]) -> Result<Option<Job>, EngineError> {
+    let cols = job_columns("");
     Ok(sqlx::query_as(&format!(
-        "select {JOB_COLUMNS} from jobs
-         where kind = any($1) and state = 'succeeded' and finished_at is not null
+        "select {cols} from jobs
+         where kind = any($1) and queue_state = 'succeeded' and finished_at is not null
          order by finished_at desc limit 1"
     ))
     .bind(kinds)
@@ -73,7 +74,7 @@ pub async fn latest_entries(
            from unnest($2::text[]) k(kind)
            cross join lateral (
              select id, finished_at, outputs from jobs
-             where kind = k.kind and state = 'succeeded' and finished_at is not null
+             where kind = k.kind and queue_state = 'succeeded' and finished_at is not null
              order by finished_at desc
              limit $5) j)
          select distinct on (t.key) t.key, r.id, r.finished_at, e.x
@@ -98,7 +99,7 @@ pub async fn latest_entries(
 pub async fn open_counts(pool: &PgPool, tenants: &[&str]) -> Result<Vec<OpenCount>, EngineError> {
     let rows: Vec<(String, String, JobState, i64)> = sqlx::query_as(
         "select tenant, kind, state, count(*) from jobs
-         where tenant = any($1) and state not in ('succeeded', 'cancelled')
+         where tenant = any($1) and queue_state not in ('succeeded', 'cancelled')
          group by tenant, kind, state",
     )
     .bind(tenants)
@@ -109,9 +110,11 @@ pub async fn open_counts(pool: &PgPool, tenants: &[&str]) -> Result<Vec<OpenCoun
 
 /// Unfinished jobs by state; states with none are left out.
 pub async fn open_by_state(pool: &PgPool) -> Result<Vec<(JobState, i64)>, EngineError> {
-    Ok(sqlx::query_as("select state, count(*) from jobs where state not in ('succeeded', 'cancelled') group by state")
-        .fetch_all(pool)
-        .await?)
+    Ok(sqlx::query_as(
+        "select state, count(*) from jobs where queue_state not in ('succeeded', 'cancelled') group by state",
+    )
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Which of these dedupe keys are held by a job that has started (unfinished and no longer
@@ -122,7 +125,7 @@ pub async fn started_holders(conn: &mut PgConnection, keys: &[&str]) -> Result<H
     }
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "select dedupe_key, id from jobs
-         where dedupe_key = any($1) and state not in ('pending', 'succeeded', 'cancelled')",
+         where dedupe_key = any($1) and queue_state not in ('succeeded', 'cancelled') and state <> 'pending'",
     )
     .bind(keys)
     .fetch_all(conn)

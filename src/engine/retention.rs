@@ -25,7 +25,7 @@ impl Engine {
         let (jobs, step_runs, job_events): (i64, i64, i64) = sqlx::query_as(
             "with doomed as (
                select id from jobs
-               where state in ('succeeded', 'cancelled')
+               where queue_state in ('succeeded', 'cancelled')
                  and finished_at < now() - $1 * interval '1 second'
                order by finished_at
                limit $2

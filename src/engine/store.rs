@@ -88,7 +88,7 @@ pub async fn enqueue(
            insert into jobs (id, kind, subject, dedupe_key, input, step, run_at, created_by, traceparent)
            select id, kind, subject, dedupe_key, input, step, coalesce(run_at, now()), actor, traceparent
            from v order by ord
-           on conflict (dedupe_key) where dedupe_key is not null and state not in ('succeeded', 'cancelled')
+           on conflict (dedupe_key) where dedupe_key is not null and queue_state not in ('succeeded', 'cancelled')
            do nothing
            returning id, step, created_by, run_at),
          ev as (
@@ -122,11 +122,12 @@ pub async fn enqueue(
         }
         // Not inserted: an unfinished job holds the dedupe key (perhaps one of this batch).
         let key = job.dedupe_key.as_deref().expect("only a dedupe conflict skips a row");
-        let existing: i64 =
-            sqlx::query_scalar("select id from jobs where dedupe_key = $1 and state not in ('succeeded', 'cancelled')")
-                .bind(key)
-                .fetch_one(&mut *conn)
-                .await?;
+        let existing: i64 = sqlx::query_scalar(
+            "select id from jobs where dedupe_key = $1 and queue_state not in ('succeeded', 'cancelled')",
+        )
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
         out.push(Enqueued { id: existing, created: false });
     }
     Ok(out)
@@ -165,8 +166,9 @@ pub(crate) async fn claim(
     let rows = sqlx::query(
         "with cand as (select * from onramp_claim_candidates($1, $4)),
          claimed as (
-           update jobs j set state = 'running', attempt = j.attempt + 1, lease_owner = $2,
-                  run_at = now() + $3 * interval '1 millisecond', updated_at = now()
+           -- no indexed column changes: a HOT update (migration 0027)
+           update jobs j set attempt = j.attempt + 1, lease_owner = $2,
+                  lease_until = now() + $3 * interval '1 millisecond', updated_at = now()
            -- by primary key, whatever the plan guesses of cand's size (a guess of a tenth of the
            -- table once hash-joined the whole of it)
            from cand where j.id = cand.id and j.id = any(array(select id from cand))
@@ -263,7 +265,8 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
                   poll_for_ms, error, output, step, effects)),
          upd as (
            update jobs j set
-             state = v.new_state,
+             -- a step that continues in the same lease keeps the state it was claimed from
+             queue_state = case when v.new_state = 'running' then j.queue_state else v.new_state end,
              step_index = v.new_step_index,
              step = v.new_step,
              attempt = case when v.new_step_index = j.step_index then j.attempt
@@ -274,10 +277,12 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
                when v.outcome = 'poll' then coalesce(j.poll_deadline, now() + v.poll_for_ms * interval '1 millisecond')
                when v.new_step_index = j.step_index then j.poll_deadline end,
              run_at = case
+               when v.new_state = 'running' then j.run_at
                when v.outcome = 'poll' then least(now() + v.delay_ms * interval '1 millisecond',
                                                   coalesce(j.poll_deadline, now() + v.poll_for_ms * interval '1 millisecond'))
                else now() + v.delay_ms * interval '1 millisecond' end,
              lease_owner = case when v.new_state = 'running' then j.lease_owner end,
+             lease_until = case when v.new_state = 'running' then now() + v.delay_ms * interval '1 millisecond' end,
              outputs = case when v.outcome = 'done' then j.outputs || jsonb_build_object(v.step, v.output)
                             else j.outputs end,
              approved_step = case when v.new_step_index = j.step_index then j.approved_step end,
@@ -288,7 +293,7 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
              updated_at = now()
            from v
            where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
-             and j.state = 'running' and j.lease_owner = $1
+             and j.lease_owner = $1
            returning j.id, j.run_at),
          fin as (
            update step_runs s set finished_at = now(), outcome = v.outcome, error = v.error,
@@ -334,9 +339,15 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
 /// the claim that found nothing more: 0, claim again). Jobs due before it that the claim left
 /// (their subject is busy) are not counted, so they cause no busy loop.
 pub(crate) async fn next_due(pool: &PgPool, claimed_at: OffsetDateTime) -> Result<Option<Duration>, EngineError> {
+    // A leased job's `run_at` has passed (it was due when claimed), so its lease's end is found
+    // among the due jobs at the front of `jobs_due`; the rest are due later, in `run_at` order.
     let ms: Option<f64> = sqlx::query_scalar(
-        "select (extract(epoch from min(run_at) - now()) * 1000)::float8 from jobs
-         where state in ('pending', 'waiting', 'running') and run_at > least($1, now())",
+        "select (extract(epoch from least(
+           (select min(run_at) from jobs
+            where queue_state in ('pending', 'waiting') and run_at > least($1, now()) and lease_owner is null),
+           (select min(lease_until) from jobs
+            where queue_state in ('pending', 'waiting') and run_at <= now() and lease_owner is not null
+              and lease_until > least($1, now()))) - now()) * 1000)::float8",
     )
     .bind(claimed_at)
     .fetch_one(pool)

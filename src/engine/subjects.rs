@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use super::ops::JOB_COLUMNS;
+use super::ops::job_columns;
 use super::{EngineError, Job, JobState};
 
 /// The output one step of a subject's job recorded, and when.
@@ -37,8 +37,9 @@ pub async fn latest_per_subject(
     subject: Option<&str>,
     skip: &[JobState],
 ) -> Result<Vec<Job>, EngineError> {
+    let cols = job_columns("");
     Ok(sqlx::query_as(&format!(
-        "select distinct on (subject) {JOB_COLUMNS} from jobs
+        "select distinct on (subject) {cols} from jobs
          where tenant = $1 and kind = any($2) and ($3::text is null or subject = $3) and not (state = any($4))
          order by subject, id desc"
     ))

@@ -173,7 +173,7 @@ async fn the_api_offboards_only_a_user_of_the_tenant_and_hard_cutoffs_need_an_ad
     let earlier = s.engine.enqueue(&[onboarded.job(Actor::reconciler())]).await.unwrap()[0].id;
     // an onboarding that never got as far as the association proves nothing
     assert_eq!(s.post(&ops, "/v1/jobs", &offboard("foo", "dave")).await.0, StatusCode::UNPROCESSABLE_ENTITY);
-    sqlx::query("update jobs set state = 'succeeded', finished_at = now() where id = $1")
+    sqlx::query("update jobs set queue_state = 'succeeded', finished_at = now() where id = $1")
         .bind(earlier)
         .execute(s.engine.pool())
         .await

@@ -16,8 +16,8 @@ const T: Duration = Duration::from_secs(90);
 async fn as_if_killed_in_notify(h: &Harness, id: i64) {
     let index = Step::ALL.iter().position(|s| *s == Step::Notify).unwrap() as i32;
     sqlx::query(
-        "update jobs set state = 'running', step_index = $2, step = 'notify', outputs = outputs - 'notify',
-                lease_owner = 'killed-worker', run_at = now(), finished_at = null
+        "update jobs set queue_state = 'pending', step_index = $2, step = 'notify', outputs = outputs - 'notify',
+                lease_owner = 'killed-worker', lease_until = now(), run_at = now(), finished_at = null
          where id = $1",
     )
     .bind(id)

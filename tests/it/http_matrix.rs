@@ -156,7 +156,7 @@ async fn every_v1_route_by_role_and_tenant() {
     let http = reqwest::Client::new();
     // a finished full reconcile, so that /v1/drift has a report to show
     sqlx::query(
-        "insert into jobs (kind, subject, input, outputs, step, state, finished_at, created_by)
+        "insert into jobs (kind, subject, input, outputs, step, queue_state, finished_at, created_by)
          values ('reconcile.full', 'reconcile/full', '{}', $1, 'reconcile', 'succeeded', now(), 'test')",
     )
     .bind(json!({"reconcile": {"tenants": [{"tenant": "tenant-a"}, {"tenant": "tenant-b"}]}}))

@@ -52,11 +52,13 @@ async fn a_storm_about_one_group_is_one_reconcile_and_one_more_behind_a_started_
 
     // the reconcile has started (it may have read Authentik before the next events): the next
     // storm queues exactly one behind it
-    sqlx::query("update jobs set state = 'running', attempt = 1, lease_owner = 'test' where id = $1")
-        .bind(jobs[0].0)
-        .execute(app.engine.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "update jobs set attempt = 1, lease_owner = 'test', lease_until = now() + interval '1 hour' where id = $1",
+    )
+    .bind(jobs[0].0)
+    .execute(app.engine.pool())
+    .await
+    .unwrap();
     let codes = post_many(&app, (1000..2000).map(group_event).collect(), 32).await;
     assert!(codes.iter().all(|c| *c == 202));
     let jobs = app.jobs("reconcile.tenant").await;

@@ -11,6 +11,7 @@ mod dev;
 mod docs;
 mod doctor;
 mod engine_flows;
+mod engine_hot;
 mod engine_mechanics;
 mod engine_plans;
 mod engine_processes;

@@ -29,7 +29,11 @@ async fn age(pool: &sqlx::PgPool, id: i64, state: &str, days: i64) {
     let finished =
         if matches!(state, "succeeded" | "failed" | "cancelled") { "now() - $3 * interval '1 day'" } else { "null" };
     sqlx::query(&format!(
-        "update jobs set state = $2, finished_at = {finished}, updated_at = now() - $3 * interval '1 day',
+        // a running job is one whose lease a worker holds
+        "update jobs set queue_state = case when $2 = 'running' then 'pending' else $2 end,
+                         lease_owner = case when $2 = 'running' then 'test' end,
+                         lease_until = case when $2 = 'running' then now() + interval '1 hour' end,
+                         finished_at = {finished}, updated_at = now() - $3 * interval '1 day',
                          created_at = now() - $3 * interval '1 day' where id = $1"
     ))
     .bind(id)
@@ -91,7 +95,7 @@ async fn old_finished_jobs_and_deliveries_are_pruned_and_recent_or_unfinished_on
     }
     // more old finished jobs than one batch takes
     sqlx::query(
-        "insert into jobs (kind, subject, step, state, created_by, created_at, finished_at)
+        "insert into jobs (kind, subject, step, queue_state, created_by, created_at, finished_at)
          select 'selftest', 'selftest/bulk' || g, 'run', 'succeeded', 'test', now() - interval '200 days',
                 now() - interval '200 days' from generate_series(1, 1234) g",
     )

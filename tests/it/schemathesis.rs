@@ -60,7 +60,7 @@ async fn every_response_conforms_to_openapi_yaml() {
                      "slurm_users": 1, "by_account": {"tenant-foo": 1, "ml-team-foo": 0}}},
         {"tenant": "bar", "decision": "skipped", "reason": "Authentik has no group tenant-bar-users"}]}});
     sqlx::query(
-        "insert into jobs (kind, subject, input, outputs, step, state, finished_at, created_by)
+        "insert into jobs (kind, subject, input, outputs, step, queue_state, finished_at, created_by)
          values ('reconcile.full', 'reconcile/full', '{\"cause\": \"periodic\"}', $1, 'reconcile', 'succeeded', now(), 'test')",
     )
     .bind(report)

@@ -12,7 +12,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use super::super::ops::JOB_COLUMNS;
+use super::super::ops::job_columns;
 use super::super::{EngineError, Job, JobState};
 
 /// Where a reader waits at a missing id: since when, and the highest id it had seen then.
@@ -131,7 +131,7 @@ pub async fn read(
     limit: i64,
     newest_first: bool,
 ) -> Result<Vec<LoggedEvent>, EngineError> {
-    let cols = JOB_COLUMNS.split(',').map(|c| format!("j.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    let cols = job_columns("j.");
     let order = if newest_first { "desc" } else { "asc" };
     let rows: Vec<sqlx::postgres::PgRow> = sqlx::query(&format!(
         "select e.id as ev_id, e.at as ev_at, e.from_state as ev_from, e.to_state as ev_to, e.step as ev_step,

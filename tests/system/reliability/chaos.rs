@@ -155,7 +155,7 @@ fn batch_writer(w: &World, trace: &SacctmgrTrace) -> Option<Target> {
 /// A worker holding the live lease of a running step.
 async fn running_step(w: &World) -> Option<Target> {
     let owner: Option<String> = sqlx::query_scalar(
-        "select lease_owner from jobs where state = 'running' and run_at > now() and lease_owner is not null
+        "select lease_owner from jobs where lease_owner is not null and lease_until > now()
          order by random() limit 1",
     )
     .fetch_optional(&w.db.pool)
