@@ -113,6 +113,7 @@ mod tests {
             subject: "s".into(),
             tenant: "s".into(),
             traceparent: None,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
             input: json!({}),
             outputs: Map::new(),
             step_index,

@@ -111,6 +111,9 @@ impl Jobs {
 #[derive(Clone, Debug)]
 pub struct StepCtx {
     pub job_id: i64,
+    /// When the job was created: with `job_id`, names the job beyond one database's lifetime (a
+    /// database made anew numbers its jobs from 1 again).
+    pub job_created: OffsetDateTime,
     pub kind: String,
     pub subject: String,
     pub input: Value,
@@ -142,6 +145,7 @@ impl StepCtx {
     ) -> Self {
         StepCtx {
             job_id: 0,
+            job_created: OffsetDateTime::now_utc(),
             kind: kind.to_string(),
             subject: subject.to_string(),
             input,

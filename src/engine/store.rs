@@ -143,6 +143,7 @@ pub(crate) struct Claimed {
     pub tenant: String,
     /// Where the job's steps' spans belong (see [`super::trace`]).
     pub traceparent: Option<String>,
+    pub created_at: OffsetDateTime,
     pub input: Value,
     pub outputs: Map<String, Value>,
     pub step_index: i32,
@@ -172,7 +173,7 @@ pub(crate) async fn claim(
            -- by primary key, whatever the plan guesses of cand's size (a guess of a tenth of the
            -- table once hash-joined the whole of it)
            from cand where j.id = cand.id and j.id = any(array(select id from cand))
-           returning j.id, j.kind, j.subject, j.tenant, j.traceparent, j.input, j.outputs, j.step_index, j.step, j.attempt,
+           returning j.id, j.kind, j.subject, j.tenant, j.traceparent, j.created_at, j.input, j.outputs, j.step_index, j.step, j.attempt,
                      j.attempt_floor, j.step_waited, j.poll_deadline, j.approved_step, j.approved_by,
                      cand.old_state, cand.old_attempt, cand.old_owner),
          lost as (
@@ -191,7 +192,7 @@ pub(crate) async fn claim(
            select id, old_state, 'running', step, 'worker:' || $2,
                   case when old_state = 'running' then 'reclaimed: the lease of ' || coalesce(old_owner, '?') || ' expired' end
            from claimed)
-         select id, kind, subject, tenant, traceparent, input, outputs, step_index, attempt, attempt_floor, step_waited,
+         select id, kind, subject, tenant, traceparent, created_at, input, outputs, step_index, attempt, attempt_floor, step_waited,
                 poll_deadline, case when approved_step = step_index then approved_by end as approved_by
          from claimed",
     )
@@ -213,6 +214,7 @@ pub(crate) async fn claim(
                 subject: r.try_get("subject")?,
                 tenant: r.try_get("tenant")?,
                 traceparent: r.try_get("traceparent")?,
+                created_at: r.try_get("created_at")?,
                 input: r.try_get("input")?,
                 outputs,
                 step_index: r.try_get("step_index")?,

@@ -235,6 +235,7 @@ async fn run_job(
         let policy = flow.policy(idx);
         let ctx = StepCtx {
             job_id: c.id,
+            job_created: c.created_at,
             kind: c.kind.clone(),
             subject: c.subject.clone(),
             input: c.input.clone(),

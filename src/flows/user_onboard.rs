@@ -354,12 +354,18 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     })
 }
 
+/// The smoke job's name: this job's id and when it was made, so that a database made anew (whose
+/// ids start at 1 again) never takes a smoke job an earlier one ran, still in `sacct`, for its own.
+fn smoke_job_name(ctx: &StepCtx) -> String {
+    format!("{SMOKE_JOB}-job{}-{}", ctx.job_id, ctx.job_created.unix_timestamp())
+}
+
 /// Runbook step 6: as the user, uid/gid match on the login pod and on a compute node (srun),
 /// `sbatch --test-only` succeeds, association visible.
 async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     let (r, k) = (resolved(ctx)?, b.k8s_names(&n.tenant)?);
     // named after this job: a later attempt finds a job an attempt cut by a kill ran, in sacct
-    let run = SmokeRun { name: format!("{SMOKE_JOB}-job{}", ctx.job_id), again: ctx.attempt > 1 };
+    let run = SmokeRun { name: smoke_job_name(ctx), again: ctx.attempt > 1 };
     let rep = b.login(k).smoke_test_once(&n.user, &n.account, (r.uid, r.gid), &run).await.step("smoke test")?;
     if let Some(why) = rep.retry_reason() {
         return Ok(Transition::Retry(why));
@@ -371,4 +377,25 @@ async fn smoke(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
     }
     Ok(Transition::Done(json!({ "uid": rep.uid, "gid": rep.gid, "sbatch": rep.sbatch.stderr.trim(),
         "accounts": rep.accounts, "compute": { "uid": rep.compute.uid, "gid": rep.compute.gid, "node": rep.compute.node } })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(job_id: i64, created: i64, attempt: u32) -> StepCtx {
+        let mut c = StepCtx::detached(USER_ONBOARD, "t/u", json!({}), Default::default(), "smoke_test", 5);
+        (c.job_id, c.attempt) = (job_id, attempt);
+        c.job_created = time::OffsetDateTime::from_unix_timestamp(created).unwrap();
+        c
+    }
+
+    #[test]
+    fn a_smoke_job_is_named_after_its_job_alone() {
+        // every attempt of one job looks for the same name
+        assert_eq!(smoke_job_name(&ctx(7, 1_796_000_000, 1)), smoke_job_name(&ctx(7, 1_796_000_000, 3)));
+        // job 7 of a database made anew is another job
+        assert_ne!(smoke_job_name(&ctx(7, 1_796_000_000, 2)), smoke_job_name(&ctx(7, 1_796_000_900, 2)));
+        assert_ne!(smoke_job_name(&ctx(7, 1_796_000_000, 2)), smoke_job_name(&ctx(8, 1_796_000_000, 2)));
+    }
 }

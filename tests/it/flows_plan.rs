@@ -58,11 +58,12 @@ fn job(h: &Harness, kind: &str) -> NewJob {
     NewJob::new(kind, &format!("{}/{UNIX_USER}", h.tenant), input, Actor::cli("test"))
 }
 
-/// The calls, with the smoke test's job name (`onramp-smoke-job<id>`: a plan has no job id) alike.
+/// The calls, with the smoke test's job name (`onramp-smoke-job<id>-<created>`: a plan has no job) alike.
 fn calls(effects: &[Effect]) -> Vec<String> {
     let same_job = |call: &str| match call.split_once("--job-name=onramp-smoke-job") {
         Some((pre, post)) => {
-            format!("{pre}--job-name=onramp-smoke-job<id>{}", post.trim_start_matches(char::is_numeric))
+            let rest = post.trim_start_matches(|c: char| c.is_ascii_digit() || c == '-');
+            format!("{pre}--job-name=onramp-smoke-job<id>{rest}")
         }
         None => call.to_string(),
     };

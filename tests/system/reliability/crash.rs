@@ -268,10 +268,12 @@ async fn check(
 }
 
 /// Smoke-test jobs that ran to completion, by user, as Slurm's accounting has them (`sacct`, the
-/// jobs named `onramp-smoke-job<id>`): the truth, whatever the exec that started one saw. Read
-/// until every one of `users` has one (accounting learns of a job's end a moment later).
+/// jobs named `onramp-smoke-job<id>-<created>`): the truth, whatever the exec that started one saw.
+/// Read until every one of `users` has one (accounting learns of a job's end a moment later); on
+/// timeout, says whose are missing and what their smoke steps recorded.
 async fn smoke_tests(w: &World, users: &[&User]) -> BTreeMap<String, usize> {
-    crate::world::eventually(Duration::from_secs(60), "every user's smoke job in sacct", || async {
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
         let out = cluster::run(&["sacct", "-n", "-P", "-X", "-a", "-S", &w.started, "--format=JobName,User,State"]);
         let mut n = BTreeMap::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -283,9 +285,26 @@ async fn smoke_tests(w: &World, users: &[&User]) -> BTreeMap<String, usize> {
                 *n.entry(user.to_string()).or_default() += 1;
             }
         }
-        users.iter().all(|u| n.contains_key(&u.username)).then_some(n)
-    })
-    .await
+        let missing: Vec<String> =
+            users.iter().filter(|u| !n.contains_key(&u.username)).map(|u| u.username.clone()).collect();
+        if missing.is_empty() {
+            return n;
+        }
+        if tokio::time::Instant::now() >= end {
+            let steps: Vec<String> = sqlx::query_scalar(
+                "select format('%s job %s attempt %s: %s %s %s', j.input->>'username', j.id, s.attempt, s.outcome,
+                               s.error, s.output) from step_runs s
+                 join jobs j on j.id = s.job_id where s.step = 'smoke_test' and j.input->>'username' = any($1)
+                 order by j.id, s.attempt",
+            )
+            .bind(&missing)
+            .fetch_all(&w.db.pool)
+            .await
+            .unwrap();
+            panic!("after 60s no completed smoke job in sacct for {missing:?}; their smoke steps: {steps:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Pairs of step runs of one subject whose times overlap (runs cut short by a kill excluded: they
