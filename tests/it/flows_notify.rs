@@ -51,7 +51,13 @@ async fn a_notify_step_taken_over_after_its_worker_died_does_not_send_again() {
     let first =
         eventually(Duration::from_secs(10), "the e-mail", || async { Some(message_ids(&h)).filter(|m| !m.is_empty()) })
             .await;
-    assert_eq!(first, vec![format!("Message-ID: <onramp.job{id}.notify.onramp-carol@cluster.example>")]);
+    let created: i64 =
+        sqlx::query_scalar("select floor(extract(epoch from created_at))::bigint from jobs where id = $1")
+            .bind(id)
+            .fetch_one(&h._db.pool)
+            .await
+            .unwrap();
+    assert_eq!(first, vec![format!("Message-ID: <onramp.job{id}-{created}.notify.onramp-carol@cluster.example>")]);
 
     // Taken over: the step runs again, finds the send recorded and sends nothing.
     as_if_killed_in_notify(&h, id).await;
