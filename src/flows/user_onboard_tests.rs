@@ -1,3 +1,5 @@
+//! Tests of `user_onboard.rs`: the smoke job's name, which a later attempt looks for in Slurm.
+
 use super::*;
 
 fn ctx(job_id: i64, created: i64, attempt: u32) -> StepCtx {
