@@ -156,10 +156,6 @@ async fn try_sh(argv: &[&str]) -> Result<Output, String> {
 }
 
 /// The cluster's users or accounts named `rcbench-…` (only this benchmark makes such names).
-async fn slurm_names(what: &str) -> Vec<String> {
-    try_slurm_names(what).await.unwrap_or_else(|e| panic!("{e}"))
-}
-
 async fn try_slurm_names(what: &str) -> Result<Vec<String>, String> {
     let o = try_sh(&["sacctmgr", "-n", "-P", "show", what, &format!("format={what}")]).await?;
     Ok(o.stdout.lines().map(str::trim).filter(|l| l.starts_with(PREFIX)).map(String::from).collect())
@@ -208,7 +204,12 @@ async fn seed_cluster(w: &World, reg: &TenantRegistry, sim: Option<&SimSlurmdbd>
     // users named rcbench-… whom this world does not have on the cluster (left by a run of
     // another size, or missing on purpose) go first; then the seeding below is idempotent
     let want: BTreeSet<&str> = all.iter().map(|(_, u)| u.as_str()).collect();
-    let extra: Vec<String> = slurm_names("user").await.into_iter().filter(|u| !want.contains(u.as_str())).collect();
+    let extra: Vec<String> = try_slurm_names("user")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .filter(|u| !want.contains(u.as_str()))
+        .collect();
     for chunk in extra.chunks(CLEANUP_CHUNK) {
         sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await;
     }

@@ -133,6 +133,13 @@ pub struct StepCtx {
 }
 
 impl StepCtx {
+    /// The job's name for effects outside onramp's database (a Slurm job name, a `Message-ID`):
+    /// `job<id>-<created, Unix seconds>`, the same for every attempt, never the same for job 7 of
+    /// a database made anew.
+    pub fn job_name(&self) -> String {
+        format!("job{}-{}", self.job_id, self.job_created.unix_timestamp())
+    }
+
     /// The first attempt of one step outside any job (a simulation, a plan, a test): no job id,
     /// no approval, no handle on other jobs.
     pub fn detached(

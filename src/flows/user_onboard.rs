@@ -357,7 +357,7 @@ async fn login_restart(b: &Backends, n: &Names, ctx: &StepCtx) -> StepResult {
 /// The smoke job's name: this job's id and when it was made, so that a database made anew (whose
 /// ids start at 1 again) never takes a smoke job an earlier one ran, still in `sacct`, for its own.
 fn smoke_job_name(ctx: &StepCtx) -> String {
-    format!("{SMOKE_JOB}-job{}-{}", ctx.job_id, ctx.job_created.unix_timestamp())
+    format!("{SMOKE_JOB}-{}", ctx.job_name())
 }
 
 /// Runbook step 6: as the user, uid/gid match on the login pod and on a compute node (srun),

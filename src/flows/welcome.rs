@@ -52,9 +52,8 @@ pub(super) async fn send_once(
     mut msg: Message,
 ) -> Result<Result<Message, NotifyError>, Transition> {
     let mark = format!("{}:sent", ctx.step);
-    // the job's creation time too: a database made anew numbers its jobs from 1 again, and a mail
-    // system drops a message whose Message-ID it has seen
-    msg.id = Some(format!("onramp.job{}-{}.{}.{}", ctx.job_id, ctx.job_created.unix_timestamp(), ctx.step, to.user));
+    // by the job's name, not its id alone: a mail system drops a message whose Message-ID it has seen
+    msg.id = Some(format!("onramp.{}.{}.{}", ctx.job_name(), ctx.step, to.user));
     if let Some(jobs) = &ctx.jobs {
         let sent = jobs.marked(ctx.job_id, &mark).await;
         if sent.map_err(|e| Transition::Retry(format!("read whether the message was sent: {e}")))? {
