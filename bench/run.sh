@@ -30,7 +30,9 @@ if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
     # run under the cluster's lock (ONRAMP_BENCH_SLURM=sim: a simulated slurmdbd); it repeats itself
     scripts/slurm-test-cluster.sh start >&2
     flock /tmp/onramp-slurm.lock cargo bench --quiet --bench reconcile | grep '^{' | tee -a "$out"
-    # end to end through the shipped binary: the system test's world (root, the Slurm test cluster)
+    # end to end through the shipped binary: the system test's world (root, the Slurm test cluster,
+    # a real SMTP server for the welcome mail)
+    scripts/ensure-python-module.sh aiosmtpd
     e2e() {
         ONRAMP_BIN=target/release/onramp ONRAMP_FAKES_BIN=target/release/onramp-fakes \
             ONRAMP_BENCH_USERS=${BENCH_USERS:-1000} flock /tmp/onramp-slurm.lock \
