@@ -146,10 +146,6 @@ impl Transport for SimSlurmdbd {
     }
 }
 
-async fn sh(argv: &[&str]) -> Output {
-    try_sh(argv).await.unwrap_or_else(|e| panic!("{e}"))
-}
-
 async fn try_sh(argv: &[&str]) -> Result<Output, String> {
     let cmd = Command::new(argv[0]).args(argv[1..].iter().map(|s| s.to_string()));
     Local.run(&cmd, Duration::from_secs(600)).await.map_err(|e| format!("{cmd}: {e}"))
@@ -167,10 +163,7 @@ async fn try_slurm_names(what: &str) -> Result<Vec<String>, String> {
 /// printed; when it fails, the next run's seeding deletes every `rcbench-…` user its world does
 /// not have.
 async fn slurm_cleanup() -> Result<(), String> {
-    let users = try_slurm_names("user").await?;
-    for chunk in users.chunks(CLEANUP_CHUNK) {
-        try_sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await?;
-    }
+    delete_users(&try_slurm_names("user").await?).await?;
     let accounts = try_slurm_names("account").await?;
     if !accounts.is_empty() {
         try_sh(&["sacctmgr", "-i", "delete", "account", "where", &format!("name={}", accounts.join(","))]).await?;
@@ -183,6 +176,14 @@ async fn slurm_cleanup() -> Result<(), String> {
 }
 
 const CLEANUP_CHUNK: usize = 100;
+
+/// Deletes these Slurm users, `CLEANUP_CHUNK` a call.
+async fn delete_users(users: &[String]) -> Result<(), String> {
+    for chunk in users.chunks(CLEANUP_CHUNK) {
+        try_sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await?;
+    }
+    Ok(())
+}
 
 /// The cluster side: the real test cluster through the Slurm backend (batched adds), or the
 /// simulated slurmdbd's rows.
@@ -210,9 +211,7 @@ async fn seed_cluster(w: &World, reg: &TenantRegistry, sim: Option<&SimSlurmdbd>
         .into_iter()
         .filter(|u| !want.contains(u.as_str()))
         .collect();
-    for chunk in extra.chunks(CLEANUP_CHUNK) {
-        sh(&["sacctmgr", "-i", "delete", "user", "where", &format!("name={}", chunk.join(","))]).await;
-    }
+    delete_users(&extra).await.unwrap_or_else(|e| panic!("{e}"));
     let slurm = SlurmCli::new(Arc::new(Local), ClusterName::parse(CLUSTER).unwrap());
     for t in &reg.tenants {
         slurm.ensure_tenant(&specs::tenant_spec(t).unwrap()).await.expect("tenant account");
