@@ -16,7 +16,7 @@
 //!   ONRAMP_BENCH_SMOKE=1 cargo bench --bench intake     # seconds: 2 s of intake, a storm of 500
 //!
 //! Settings: BENCH_PG (admin URL), BENCH_SECONDS (20), BENCH_CLIENTS (32), BENCH_STORM (10000),
-//! BENCH_WRITERS (2), BENCH_ONRAMP (target/release/onramp), BENCH_SETUP_SQL (run after the migrations).
+//! BENCH_WRITERS (the server's default), BENCH_ONRAMP (target/release/onramp), BENCH_SETUP_SQL (run after the migrations).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -192,7 +192,13 @@ async fn main() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let exe = std::env::var("BENCH_ONRAMP").unwrap_or_else(|_| "target/release/onramp".into());
     let tenants = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/authentik/tenants.example.yaml");
-    let mut server = tokio::process::Command::new(&exe)
+    let mut cmd = tokio::process::Command::new(&exe);
+    // the server's own default unless BENCH_WRITERS says otherwise
+    match std::env::var("BENCH_WRITERS") {
+        Ok(w) => cmd.env("ONRAMP_WEBHOOK_WRITERS", w),
+        Err(_) => cmd.env_remove("ONRAMP_WEBHOOK_WRITERS"),
+    };
+    let mut server = cmd
         .args(["serve", "--role", "api", "--listen", &format!("127.0.0.1:{port}")])
         .env("DATABASE_URL", &url)
         .env("ONRAMP_LOG", "warn")
@@ -200,7 +206,6 @@ async fn main() {
         .env("ONRAMP_AUTHENTIK_URL", "http://127.0.0.1:9") // not called by the api role's intake
         .env("ONRAMP_AUTHENTIK_TOKEN", "unused")
         .env("ONRAMP_WEBHOOK_SECRETS", WHSEC)
-        .env("ONRAMP_WEBHOOK_WRITERS", std::env::var("BENCH_WRITERS").unwrap_or_else(|_| "2".into()))
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("{exe}: {e} (build it: cargo build --release)"));

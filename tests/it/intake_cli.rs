@@ -21,7 +21,7 @@ fn serve_help_lists_the_intake_settings_with_defaults() {
         ("ONRAMP_WEBHOOK_TOLERANCE", Some("5m")),
         ("ONRAMP_WEBHOOK_MAX_BODY", Some("1048576")),
         ("ONRAMP_WEBHOOK_SETTLE", Some("2s")),
-        ("ONRAMP_WEBHOOK_WRITERS", Some("2")),
+        ("ONRAMP_WEBHOOK_WRITERS", Some("1")),
         ("ONRAMP_WEBHOOK_BATCH", Some("512")),
         ("ONRAMP_RECONCILE_INTERVAL", Some("15m")),
         ("ONRAMP_BRAKE_MIN_USERS", Some("5")),

@@ -160,8 +160,9 @@ pub struct IntakeArgs {
     /// the safety brake) instead of each user (one job and one lock each).
     #[arg(long, env = "ONRAMP_WEBHOOK_MAX_DIFF_USERS", default_value_t = 200, value_parser = clap::value_parser!(u16).range(1..))]
     pub webhook_max_diff_users: u16,
-    /// Tasks writing webhook deliveries; each writes everything queued in one transaction.
-    #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Tasks writing webhook deliveries; each writes everything queued in one transaction. One
+    /// is the fastest on two cores: its transactions are the largest (BENCHMARKS.md).
+    #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub webhook_writers: u16,
     /// Most deliveries written in one transaction.
     #[arg(long, env = "ONRAMP_WEBHOOK_BATCH", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..))]
