@@ -161,7 +161,7 @@ pub struct IntakeArgs {
     #[arg(long, env = "ONRAMP_WEBHOOK_MAX_DIFF_USERS", default_value_t = 200, value_parser = clap::value_parser!(u16).range(1..))]
     pub webhook_max_diff_users: u16,
     /// Tasks writing webhook deliveries; each writes everything queued in one transaction. One
-    /// is the fastest on two cores: its transactions are the largest (BENCHMARKS.md).
+    /// writer was the fastest on two cores: more split what is queued into smaller transactions.
     #[arg(long, env = "ONRAMP_WEBHOOK_WRITERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub webhook_writers: u16,
     /// Most deliveries written in one transaction.
