@@ -46,7 +46,7 @@ async fn fresh_db(admin: &str, name: &str) -> (String, PgPool) {
     sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut c).await.unwrap();
     sqlx::query(&format!("create database {name}")).execute(&mut c).await.unwrap();
     let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(&url).await.unwrap();
+    let pool = onramp::app::db::pool_options(16).connect(&url).await.unwrap();
     onramp::app::db::migrate(&pool).await.unwrap();
     // BENCH_SETUP_SQL: statements run after the migrations, for A/B experiments on the schema
     // (bench/wal-profile.sh: e.g. what the drain costs with an index fewer) without a rebuild

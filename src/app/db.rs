@@ -4,8 +4,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 
 use crate::domain::secret::Secret;
 
@@ -25,13 +25,36 @@ pub fn describe(url: &Secret) -> String {
     }
 }
 
+/// A pooled connection idle at least this long is pinged before it is handed out.
+pub const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The pool's settings (the benches use them too, so they measure what runs).
+///
+/// sqlx pings every connection it hands out by default: a round trip before each statement,
+/// about a quarter of the webhook writer's time per batch (issue 16). A connection that was in
+/// use within [`PING_IDLE_AFTER`] is handed out as it is; one that breaks in that second fails its
+/// statement, and sqlx's own check as it comes back closes it. One idle longer (the server may
+/// have restarted, a firewall may have dropped it) is still pinged, and replaced if it fails.
+pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections.max(4))
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE_AFTER {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 pub async fn connect(url: &Secret, max_connections: u32) -> anyhow::Result<PgPool> {
     let opts = PgConnectOptions::from_str(url.expose())
         .map_err(|_| anyhow::anyhow!("DATABASE_URL is not a valid postgres:// URL"))?
         .application_name("onramp");
-    PgPoolOptions::new()
-        .max_connections(max_connections.max(4))
-        .acquire_timeout(Duration::from_secs(10))
+    pool_options(max_connections)
         .connect_with(opts)
         .await
         .with_context(|| format!("cannot connect to PostgreSQL at {}", describe(url)))
