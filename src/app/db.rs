@@ -36,13 +36,18 @@ pub const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 /// statement, and sqlx's own check as it comes back closes it. One idle longer (the server may
 /// have restarted, a firewall may have dropped it) is still pinged, and replaced if it fails.
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    pool_options_pinging_after(max_connections, PING_IDLE_AFTER)
+}
+
+/// [`pool_options`], pinging a connection handed out after `idle` or more (the tests vary it).
+pub fn pool_options_pinging_after(max_connections: u32, idle: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections.max(4))
         .acquire_timeout(Duration::from_secs(10))
         .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
+        .before_acquire(move |conn, meta| {
             Box::pin(async move {
-                if meta.idle_for >= PING_IDLE_AFTER {
+                if meta.idle_for >= idle {
                     conn.ping().await?;
                 }
                 Ok(true)

@@ -7,6 +7,7 @@ mod cli;
 mod common;
 mod corpus;
 mod dashboard;
+mod db_pool;
 mod dev;
 mod docs;
 mod doctor;
