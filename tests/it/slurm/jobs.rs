@@ -90,7 +90,9 @@ async fn pending_jobs_are_cancelled_running_ones_survive_and_a_user_with_jobs_is
         j.iter().any(|j| j.id == running && j.state == SlurmJobState::Running).then_some(())
     })
     .await;
-    let pending = sbatch(unix, &a, "2");
+    // The tenant's GrpTRES caps it at 8 CPUs: 2 running + 7 more cannot start, whenever the
+    // scheduler looks (two jobs of 2 CPUs raced it: the second sometimes started at once).
+    let pending = sbatch(unix, &a, "7");
     let jobs = s.jobs(&JobScope::Account(acct(&a))).await.unwrap();
     assert!(jobs.iter().any(|j| j.id == pending && j.state == SlurmJobState::Pending), "{jobs:?}");
 
