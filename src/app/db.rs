@@ -25,8 +25,12 @@ pub fn describe(url: &Secret) -> String {
     }
 }
 
-/// A pooled connection idle at least this long is pinged before it is handed out.
-pub const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+/// A pooled connection idle at least this long is pinged before it is handed out (the same for
+/// the connections the engine's busy loops keep).
+pub use crate::engine::kept::PING_IDLE_AFTER;
+
+/// The fewest connections a pool may open, whatever is asked.
+pub const MIN_POOL_SIZE: u32 = 4;
 
 /// The pool's settings (the benches use them too, so they measure what runs).
 ///
@@ -39,10 +43,10 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     pool_options_pinging_after(max_connections, PING_IDLE_AFTER)
 }
 
-/// [`pool_options`], pinging a connection handed out after `idle` or more (the tests vary it).
+/// [`pool_options`] with another idle time before the ping (the tests vary it).
 pub fn pool_options_pinging_after(max_connections: u32, idle: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
-        .max_connections(max_connections.max(4))
+        .max_connections(max_connections.max(MIN_POOL_SIZE))
         .acquire_timeout(Duration::from_secs(10))
         .test_before_acquire(false)
         .before_acquire(move |conn, meta| {

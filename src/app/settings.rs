@@ -73,7 +73,7 @@ impl Settings {
         let backends = BackendSettings::from_args(a.backends, a.role != ServeRole::Api)?;
         let intake = IntakeSetup::from_args(&a.intake, a.role != ServeRole::Worker)?;
         let worker = worker_config(&a.worker);
-        Ok(Self {
+        let settings = Self {
             callbacks: callback_config(&a.worker, &worker.id)?,
             role: a.role,
             database_url: a.db.database_url,
@@ -87,7 +87,29 @@ impl Settings {
             worker_listen: a.worker.worker_listen,
             intake,
             backends,
-        })
+        };
+        settings.check_pool_size()?;
+        Ok(settings)
+    }
+
+    /// The busy loops keep a connection each for good (`engine::kept`): every webhook writer of a
+    /// process that takes webhooks, and a worker's claimer and result writer. The rest of the
+    /// process (API, pump, heartbeat, callbacks) needs the others.
+    fn check_pool_size(&self) -> anyhow::Result<()> {
+        let writers = match (&self.intake, self.runs_http()) {
+            (Some(i), true) => i.writers as u32,
+            _ => 0,
+        };
+        let kept = writers + if self.runs_worker() { 2 } else { 0 };
+        let needed = kept + 2;
+        anyhow::ensure!(
+            self.pool_size.max(crate::app::db::MIN_POOL_SIZE) >= needed,
+            "ONRAMP_DB_POOL_SIZE is {}: this process keeps {kept} connections for good ({writers} webhook \
+             writers (ONRAMP_WEBHOOK_WRITERS){}) and needs 2 more for the rest; set it to {needed} or more",
+            self.pool_size,
+            if self.runs_worker() { ", the worker's claimer and result writer" } else { "" },
+        );
+        Ok(())
     }
 
     pub fn runs_http(&self) -> bool {

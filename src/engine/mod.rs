@@ -14,6 +14,7 @@ pub mod callbacks;
 mod claims;
 mod decide;
 mod flow;
+pub mod kept;
 mod leases;
 mod marks;
 mod model;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 use time::OffsetDateTime;
 
 use super::{Actor, EngineError, JobState, Registry, StepOutcome};
@@ -158,7 +158,7 @@ pub(crate) struct Claimed {
 /// whose lease expired (their worker died). A job waits while an older unfinished job of the same
 /// subject exists. The claim commits before any step runs.
 pub(crate) async fn claim(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     owner: &str,
     lease: Duration,
     kinds: &[&str],
@@ -200,7 +200,7 @@ pub(crate) async fn claim(
     .bind(owner)
     .bind(lease.as_millis() as i64)
     .bind(kinds)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     rows.into_iter()
         .map(|r| {
@@ -252,7 +252,11 @@ pub struct StepWrite {
 /// Writes results of many attempts in one statement. Each write is fenced by the attempt it
 /// belongs to: a worker that lost its lease (or a cancelled job) has its write rejected.
 /// Returns the ids whose write was accepted.
-pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> Result<Vec<i64>, EngineError> {
+pub async fn write_results(
+    db: impl PgExecutor<'_>,
+    owner: &str,
+    writes: &[StepWrite],
+) -> Result<Vec<i64>, EngineError> {
     // in id order, as `leases::renew` locks them: two statements that lock the same rows in one order
     // do not deadlock
     let mut writes: Vec<&StepWrite> = writes.iter().collect();
@@ -331,7 +335,7 @@ pub async fn write_results(pool: &PgPool, owner: &str, writes: &[StepWrite]) -> 
     .bind(NOTIFY_JOBS)
     .bind(closes)
     .bind(writes.iter().map(|w| w.effects.as_ref()).collect::<Vec<_>>())
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     Ok(ids)
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use super::decide::{Situation, decide};
+use super::kept::Kept;
 use super::leases;
 use super::stats;
 use super::store::{self, Claimed, StepWrite};
@@ -146,6 +147,7 @@ async fn claim_loop(
     let mut db_backoff = Duration::from_millis(100);
     // when this worker last looked at the statistics of `jobs`
     let mut stats_checked = None;
+    let mut conn = Kept::new(shared.pool.clone());
     loop {
         let first = tokio::select! {
             p = sem.clone().acquire_owned() => p.expect("semaphore is never closed"),
@@ -160,12 +162,13 @@ async fn claim_loop(
         }
         let asked = permits.len();
         let claimed_at = time::OffsetDateTime::now_utc();
-        let claimed = match store::claim(&shared.pool, &shared.cfg.id, shared.cfg.lease, &kinds, asked).await {
+        let claimed = match claim(&mut conn, shared, &kinds, asked).await {
             Ok(c) => {
                 db_backoff = Duration::from_millis(100);
                 c
             }
             Err(e) => {
+                conn.discard();
                 shared.stats.db_errors.fetch_add(1, Relaxed);
                 tracing::warn!(error = %e, "claim failed; trying again");
                 drop(permits);
@@ -210,6 +213,10 @@ async fn claim_loop(
             _ = stop.cancelled() => return,
         }
     }
+}
+
+async fn claim(conn: &mut Kept, s: &Shared, kinds: &[&str], n: usize) -> Result<Vec<Claimed>, super::EngineError> {
+    store::claim(conn.get().await?, &s.cfg.id, s.cfg.lease, kinds, n).await
 }
 
 async fn run_job(

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::JobState;
+use super::kept::Kept;
 use super::leases;
 use super::store::{self, NOTIFY_CANCEL, NOTIFY_JOBS, StepWrite};
 use super::worker::{MAX_BATCH, Shared};
@@ -18,9 +19,10 @@ use super::worker::{MAX_BATCH, Shared};
 /// Ends when every sender is gone.
 pub(super) async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite, oneshot::Sender<bool>)>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut conn = Kept::new(s.pool.clone());
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let writes: Vec<StepWrite> = batch.iter().map(|(w, _)| w.clone()).collect();
-        let accepted = write_with_retry(&s, &writes).await;
+        let accepted = write_with_retry(&s, &mut conn, &writes).await;
         {
             let mut map = s.inflight.lock().expect("inflight lock");
             for w in &writes {
@@ -49,13 +51,18 @@ pub(super) async fn write_loop(s: Arc<Shared>, mut rx: mpsc::Receiver<(StepWrite
 }
 
 /// A result is worth retrying while the lease could still hold; after that it would be refused.
-async fn write_with_retry(s: &Shared, writes: &[StepWrite]) -> Vec<i64> {
+async fn write_with_retry(s: &Shared, conn: &mut Kept, writes: &[StepWrite]) -> Vec<i64> {
     let deadline = tokio::time::Instant::now() + s.cfg.lease;
     let mut pause = Duration::from_millis(50);
     loop {
-        match store::write_results(&s.pool, &s.cfg.id, writes).await {
+        let written = match conn.get().await {
+            Ok(c) => store::write_results(c, &s.cfg.id, writes).await,
+            Err(e) => Err(e.into()),
+        };
+        match written {
             Ok(ids) => return ids,
             Err(e) => {
+                conn.discard();
                 s.stats.db_errors.fetch_add(1, Relaxed);
                 if tokio::time::Instant::now() + pause > deadline {
                     tracing::error!(error = %e, steps = writes.len(), "could not write step results; their leases will expire and the steps run again");

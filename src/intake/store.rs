@@ -6,14 +6,16 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 use super::writer::{Delivery, Stored};
-use crate::engine::{Engine, EngineError};
+use sqlx::PgConnection;
+
+use crate::engine::EngineError;
 
 /// key, id if inserted now, id if stored before
 type DeliveryRow = (String, Option<Uuid>, Option<Uuid>);
 
 /// One statement (its own transaction: no BEGIN and COMMIT round trips) for these deliveries.
 /// Returns one result per delivery, in order.
-pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored>, EngineError> {
+pub(super) async fn write(conn: &mut PgConnection, ds: &[Delivery]) -> Result<Vec<Stored>, EngineError> {
     // Duplicates inside the batch: the first one with a key stands for the others.
     let mut first: HashMap<&str, usize> = HashMap::new();
     let unique: Vec<usize> = (0..ds.len()).filter(|&i| *first.entry(ds[i].key.as_str()).or_insert(i) == i).collect();
@@ -45,7 +47,7 @@ pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored
     .bind(unique.iter().map(|&i| &ds[i].targets).collect::<Vec<_>>())
     .bind(unique.iter().map(|&i| ds[i].raw_body.as_deref()).collect::<Vec<_>>())
     .bind(pick(|d| d.traceparent.as_deref()))
-    .fetch_all(engine.pool())
+    .fetch_all(&mut *conn)
     .await?;
     let by_key: HashMap<String, (Option<Uuid>, Option<Uuid>)> =
         rows.into_iter().map(|(key, inserted, existing)| (key, (inserted, existing))).collect();
@@ -61,7 +63,7 @@ pub(super) async fn write(engine: &Engine, ds: &[Delivery]) -> Result<Vec<Stored
             (None, None) => {
                 let id: Uuid = sqlx::query_scalar("select id from webhook_deliveries where delivery_key = $1")
                     .bind(&ds[i].key)
-                    .fetch_one(engine.pool())
+                    .fetch_one(&mut *conn)
                     .await?;
                 Stored { id, duplicate: true }
             }

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::handoff::Handoff;
 use super::store;
+use crate::engine::kept::Kept;
 use crate::engine::{Engine, EngineError};
 
 /// A delivery ready to store.
@@ -79,6 +80,7 @@ impl DeliveryWriter {
             let (rx, engine, pump) = (rx.clone(), engine.clone(), pump.clone());
             tokio::spawn(async move {
                 let mut batch = Vec::with_capacity(max_batch);
+                let mut conn = Kept::new(engine.pool().clone());
                 loop {
                     {
                         let mut rx = rx.lock().await;
@@ -86,7 +88,7 @@ impl DeliveryWriter {
                             return;
                         }
                     }
-                    let stored = write_batch(&engine, std::mem::take(&mut batch)).await;
+                    let stored = write_batch(&mut conn, std::mem::take(&mut batch)).await;
                     pump.hand(stored);
                 }
             });
@@ -107,7 +109,7 @@ impl DeliveryWriter {
 }
 
 /// Writes a batch and answers each request; returns the ids of the deliveries stored now.
-async fn write_batch(engine: &Engine, batch: Vec<Request>) -> Vec<Uuid> {
+async fn write_batch(conn: &mut Kept, batch: Vec<Request>) -> Vec<Uuid> {
     let started = std::time::Instant::now();
     let (deliveries, replies): (Vec<Delivery>, Vec<Reply>) = batch.into_iter().unzip();
     let mut replies: Vec<Option<Reply>> = replies.into_iter().map(Some).collect();
@@ -123,7 +125,14 @@ async fn write_batch(engine: &Engine, batch: Vec<Request>) -> Vec<Uuid> {
     let mut todo: Vec<Range<usize>> = Vec::with_capacity(4);
     todo.push(0..deliveries.len());
     while let Some(range) = todo.pop() {
-        match store::write(engine, &deliveries[range.clone()]).await {
+        let written = match conn.get().await {
+            Ok(c) => store::write(c, &deliveries[range.clone()]).await,
+            Err(e) => Err(e.into()),
+        };
+        if written.is_err() {
+            conn.discard();
+        }
+        match written {
             Ok(stored) => {
                 new_ids.extend(stored.iter().filter(|s| !s.duplicate).map(|s| s.id));
                 answer(range.clone(), &|i| Ok(stored[i - range.start].clone()))

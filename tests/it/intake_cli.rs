@@ -92,3 +92,36 @@ fn half_configured_intake_and_a_bad_registry_are_one_clear_error() {
     assert!(e.contains("ONRAMP_WEBHOOK_SECRETS entry 2: a signing secret is whsec_ followed by base64"), "{e}");
     assert!(!e.contains("topsecret") && !e.contains("c2VjcmV0"), "{e}");
 }
+
+#[test]
+fn a_pool_too_small_for_the_connections_the_process_keeps_is_refused_before_connecting() {
+    let file = std::env::temp_dir().join(format!("onramp-cli-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, "tenants:\n  - name: foo\n    group: g\n").unwrap();
+    let env = |writers, pool| {
+        [
+            ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x"),
+            ("ONRAMP_AUTHENTIK_URL", "https://auth.example.org"),
+            ("ONRAMP_AUTHENTIK_TOKEN", "t"),
+            ("ONRAMP_TENANTS", file.to_str().unwrap()),
+            ("ONRAMP_WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("ONRAMP_WEBHOOK_WRITERS", writers),
+            ("ONRAMP_DB_POOL_SIZE", pool),
+        ]
+    };
+    let o = onramp(&["serve", "--role", "both"], &env("6", "9"));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("ONRAMP_DB_POOL_SIZE is 9: this process keeps 8 connections for good (6 webhook writers")
+            && e.contains("set it to 10 or more"),
+        "{e}"
+    );
+    // the same settings for an api process alone fit; it goes on to connect (and fails there)
+    let o = onramp(&["serve", "--role", "api"], &env("6", "9"));
+    std::fs::remove_file(&file).unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && !e.contains("ONRAMP_DB_POOL_SIZE") && e.contains("cannot connect to PostgreSQL"),
+        "{e}"
+    );
+}

@@ -13,7 +13,8 @@ pub struct DbArgs {
     /// PostgreSQL connection URL.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     pub database_url: Secret,
-    /// Most database connections this process opens.
+    /// Most database connections this process opens. Each webhook writer (api) and a worker's
+    /// claimer and result writer keep one for good; at least 2 more are needed for the rest.
     #[arg(long, env = "ONRAMP_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: u32,
 }
