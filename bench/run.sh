@@ -7,12 +7,14 @@
 #   bench/run.sh          (BENCH_PG overrides the admin URL)
 #   bench/run.sh intake   (only pgbench and the intake bench: intake, event storm, RSS)
 #   bench/run.sh core     (the references, the engine and the intake: no Slurm test cluster)
-# BENCH_USERS (default 1000): users of the end-to-end figure. scripts/bench-smoke runs every bench
+# BENCH_JOBS (default 100000): no-op jobs of one throughput drain, the same for onramp's engine
+# and both graphile-worker modes. BENCH_USERS (default 1000): users of the end-to-end figure. scripts/bench-smoke runs every bench
 # seconds long (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results.jsonl
 runs=${BENCH_RUNS:-3}
+export BENCH_JOBS=${BENCH_JOBS:-100000}
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 cargo build --release --quiet --workspace --bins
 cargo bench --quiet --no-run --bench engine --bench intake --bench reconcile

@@ -38,6 +38,14 @@ rss = all_of(system="onramp", measure="serve_rss")
 recon = all_of(system="onramp", measure="full_reconcile")
 bulk = all_of(system="onramp", measure="bulk_onboarding")
 print()
+# a drain's fixed costs (starting the workers, the first claims) weigh less in a longer one: the
+# ratios hold only between drains of the same number of jobs
+drains = sorted({(r["system"], r.get("mode", ""), r["jobs"]) for r in rows
+                 if "jobs" in r and (r.get("measure") == "throughput" or "runs_jobs_per_s" in r)})
+if len({n for _, _, n in drains}) > 1:
+    print(f"WARNING: throughput drains of different sizes, their ratios mislead: {drains}")
+elif drains:
+    print(f"throughput drains: {drains[0][2]:,} jobs each")
 if eng and gw:
     print(f"engine no-op jobs/s: onramp {fmt(eng)} vs graphile-worker default {fmt(gw)} = {ratio(eng, gw):.2f}x")
 if eng and gwb:

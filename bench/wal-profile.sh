@@ -10,12 +10,12 @@
 # Each run prints its WAL range; this reads every record in it (the whole server's: nothing else
 # should run). A count of what PostgreSQL writes per unit, which bounds the throughput: see
 # BENCHMARKS.md.
-#   bench/wal-profile.sh [engine|intake|graphile|onramp]   (default engine; BENCH_JOBS=20000)
+#   bench/wal-profile.sh [engine|intake|graphile|onramp]   (default engine; BENCH_JOBS=100000)
 #   BENCH_SETUP_SQL='drop index jobs_tenant' bench/wal-profile.sh onramp   (an A/B of the schema)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BENCH_PG=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
-jobs=${BENCH_JOBS:-20000}
+jobs=${BENCH_JOBS:-100000}
 which=${1:-engine}
 scratch="${BENCH_PG%/*}/bench_walinspect"
 psql -qX "$BENCH_PG" -c "drop database if exists bench_walinspect with (force)" -c "create database bench_walinspect"

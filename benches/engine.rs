@@ -1,7 +1,8 @@
 //! The engine's speed, measured the way bench/reference measures graphile-worker and pgbench on
 //! the same PostgreSQL: `cargo bench --bench engine` (settings below, from the environment).
 //!
-//! - throughput: N no-op jobs enqueued up front, then workers started; seconds until all succeeded
+//! - throughput: N no-op jobs enqueued up front (`BENCH_JOBS`, 100,000: as many as bench/reference
+//!   drains graphile-worker with), then workers started; seconds until all succeeded
 //! - latency: an idle worker, jobs enqueued one at a time at a fixed rate; enqueue call -> step start
 //! - recovery: an `onramp` worker process killed with SIGKILL mid-step; kill -> step claimed again
 //!
@@ -102,7 +103,7 @@ async fn wal_lsn(pool: &PgPool) -> String {
 }
 
 async fn throughput(admin: &str) {
-    let jobs: usize = env("BENCH_JOBS", 20_000);
+    let jobs: usize = env("BENCH_JOBS", 100_000);
     let workers: usize = env("BENCH_WORKERS", 2);
     let concurrency: usize = env("BENCH_CONCURRENCY", 256);
     let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;

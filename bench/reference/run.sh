@@ -5,7 +5,9 @@
 #   2. pgbench: single-row INSERT of a webhook-delivery-shaped row at 1/8/32
 #      clients, with synchronous_commit on (durable) and off (CPU ceiling).
 # Prints one JSON line per result on stdout; progress goes to stderr.
-# Env: BENCH_PG (admin URL), PGBENCH_SECONDS=10, plus GW_* knobs of graphile/bench.js;
+# Env: BENCH_PG (admin URL), PGBENCH_SECONDS=10, BENCH_JOBS=100000 (the jobs each throughput drain
+# works: the same number as onramp's engine bench, whose default it is), plus GW_* knobs of
+# graphile/bench.js;
 # BENCH_ONLY=pgbench skips graphile-worker (bench/run.sh intake).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,10 +19,11 @@ echo "load average at start: $(cut -d" " -f1-3 /proc/loadavg)" >&2
 # --- graphile-worker --------------------------------------------------------
 if [[ "${BENCH_ONLY:-}" != pgbench ]]; then
 (cd "$here/graphile" && npm ci --silent --no-audit --no-fund >&2)
-echo "graphile-worker: throughput (default settings)" >&2
-node "$here/graphile/bench.js" throughput
-echo "graphile-worker: throughput (batched: localQueue + completeJobBatchDelay)" >&2
-GW_BATCH=1 GW_JOBS="${GW_BATCH_JOBS:-100000}" GW_PROCS=2 GW_CONCURRENCY=8 node "$here/graphile/bench.js" throughput
+jobs="${BENCH_JOBS:-100000}"
+echo "graphile-worker: throughput (default settings, $jobs jobs)" >&2
+GW_JOBS="$jobs" node "$here/graphile/bench.js" throughput
+echo "graphile-worker: throughput (batched: localQueue + completeJobBatchDelay, $jobs jobs)" >&2
+GW_BATCH=1 GW_JOBS="$jobs" GW_PROCS=2 GW_CONCURRENCY=8 node "$here/graphile/bench.js" throughput
 echo "graphile-worker: add->start latency" >&2
 node "$here/graphile/bench.js" latency
 fi
