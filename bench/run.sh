@@ -8,8 +8,8 @@
 #   bench/run.sh intake   (only pgbench and the intake bench: intake, event storm, RSS)
 #   bench/run.sh core     (the references, the engine and the intake: no Slurm test cluster)
 # BENCH_JOBS (default 100000): no-op jobs of one throughput drain, the same for onramp's engine
-# and both graphile-worker modes. BENCH_USERS (default 1000): users of the end-to-end figure. scripts/bench-smoke runs every bench
-# seconds long (CI).
+# and both graphile-worker modes. BENCH_USERS (default 1000): users of the end-to-end figure.
+# scripts/bench-smoke runs every bench seconds long (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results.jsonl
