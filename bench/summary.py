@@ -40,12 +40,12 @@ bulk = all_of(system="onramp", measure="bulk_onboarding")
 print()
 # a drain's fixed costs (starting the workers, the first claims) weigh less in a longer one: the
 # ratios hold only between drains of the same number of jobs
-drains = sorted({(r["system"], r.get("mode", ""), r["jobs"]) for r in rows
-                 if "jobs" in r and (r.get("measure") == "throughput" or "runs_jobs_per_s" in r)})
-if len({n for _, _, n in drains}) > 1:
-    print(f"WARNING: throughput drains of different sizes, their ratios mislead: {drains}")
-elif drains:
-    print(f"throughput drains: {drains[0][2]:,} jobs each")
+gw_drains = [r for r in all_of(system="graphile-worker") if "jobs_per_s" in r]
+sizes = sorted({r["jobs"] for r in all_of(system="onramp", measure="throughput") + gw_drains})
+if len(sizes) > 1:
+    print(f"WARNING: throughput drains of different sizes ({sizes} jobs): their ratios mislead")
+elif sizes:
+    print(f"throughput drains: {sizes[0]:,} jobs each")
 if eng and gw:
     print(f"engine no-op jobs/s: onramp {fmt(eng)} vs graphile-worker default {fmt(gw)} = {ratio(eng, gw):.2f}x")
 if eng and gwb:
