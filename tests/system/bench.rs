@@ -111,7 +111,8 @@ async fn batches(w: &World) -> i64 {
 }
 
 /// Where the time went, per step of every job: attempts, when the first started and the last
-/// finished (seconds from the first delivery), and the median and 95th percentile of an attempt.
+/// finished (seconds from the first delivery), the median and 95th percentile of an attempt, and
+/// the attempts that did not finish their step, by outcome, with one of their errors.
 async fn timeline(w: &World, t0: time::OffsetDateTime) -> serde_json::Value {
     let rows: Vec<(String, String, i64, f64, f64, f64, f64)> = sqlx::query_as(
         "select j.kind, s.step, count(*),
@@ -126,11 +127,26 @@ async fn timeline(w: &World, t0: time::OffsetDateTime) -> serde_json::Value {
     .fetch_all(&w.db.pool)
     .await
     .unwrap();
+    // attempts that did not finish the step: how many of each outcome, and one error of each
+    let others: Vec<(String, String, String, i64, Option<String>)> = sqlx::query_as(
+        "select j.kind, s.step, coalesce(s.outcome, 'unfinished'), count(*), min(left(s.error, 300))
+         from step_runs s join jobs j on j.id = s.job_id
+         where s.outcome is distinct from 'done' group by 1, 2, 3",
+    )
+    .fetch_all(&w.db.pool)
+    .await
+    .unwrap();
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
     rows.into_iter()
         .map(|(kind, step, n, first, last, p50, p95)| {
+            let not_done: serde_json::Map<String, serde_json::Value> = others
+                .iter()
+                .filter(|o| o.0 == kind && o.1 == step)
+                .map(|(_, _, outcome, n, error)| (outcome.clone(), serde_json::json!({ "n": n, "an_error": error })))
+                .collect();
             serde_json::json!({ "step": format!("{kind}/{step}"), "attempts": n, "first_started_s": round(first),
-                                "last_finished_s": round(last), "p50_s": round(p50), "p95_s": round(p95) })
+                                "last_finished_s": round(last), "p50_s": round(p50), "p95_s": round(p95),
+                                "not_done": not_done })
         })
         .collect()
 }
