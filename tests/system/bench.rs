@@ -9,7 +9,9 @@
 //! `bench/run.sh` runs 1,000). The figure is printed as a JSON line only when the run checked out:
 //! every job succeeded and every association is present (independent `sacctmgr show assoc`).
 //! The propagation wait is set to 0 s: it is a configured pause for the key to reach the login
-//! pods, not work.
+//! pods, not work. `ONRAMP_BENCH_WORKER_CONCURRENCY` and `ONRAMP_BENCH_STORAGE_CONCURRENCY`, when
+//! set, become the service's `ONRAMP_WORKER_CONCURRENCY` and `ONRAMP_STORAGE_CONCURRENCY` (both
+//! are printed in the JSON line, `"default"` when unset).
 
 use std::time::{Duration, Instant};
 
@@ -29,10 +31,8 @@ async fn bulk_onboarding_through_the_service() {
     opts.tenants = 1;
     opts.settings.insert("ONRAMP_PROPAGATION_WAIT".into(), "0s".into());
     opts.settings.insert("ONRAMP_LOG".into(), "warn".into());
-    let concurrency = std::env::var("ONRAMP_BENCH_WORKER_CONCURRENCY").ok();
-    if let Some(c) = &concurrency {
-        opts.settings.insert("ONRAMP_WORKER_CONCURRENCY".into(), c.clone());
-    }
+    let concurrency = pass_through(&mut opts, "ONRAMP_BENCH_WORKER_CONCURRENCY", "ONRAMP_WORKER_CONCURRENCY");
+    let storage = pass_through(&mut opts, "ONRAMP_BENCH_STORAGE_CONCURRENCY", "ONRAMP_STORAGE_CONCURRENCY");
     let mut w = World::start(opts).await;
     let n = users();
     let users = cluster::users(&w.tenants, n);
@@ -90,12 +90,24 @@ async fn bulk_onboarding_through_the_service() {
         "{}",
         serde_json::json!({
             "system": "onramp", "measure": "bulk_onboarding", "users": n,
-            "worker_concurrency": concurrency.unwrap_or_else(|| "default".into()),
+            "worker_concurrency": concurrency, "storage_concurrency": storage,
             "associations_verified_s": assoc_s, "onboardings_succeeded_s": jobs_s,
             "runbook_one_by_one_s": runbook_s, "runbook_measured_on": 50,
             "speedup": runbook_s / assoc_s, "sacctmgr_add_user_calls": adds, "steps": timeline,
         })
     );
+}
+
+/// The bench's variable `from`, when set, as the service's setting `to`; what the service runs
+/// with, for the JSON line.
+fn pass_through(opts: &mut Options, from: &str, to: &str) -> String {
+    match std::env::var(from) {
+        Ok(v) => {
+            opts.settings.insert(to.into(), v.clone());
+            v
+        }
+        Err(_) => "default".into(),
+    }
 }
 
 /// How many `sacctmgr add user` calls onramp made: the commands the attempts recorded (every
