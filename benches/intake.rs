@@ -16,7 +16,8 @@
 //!   ONRAMP_BENCH_SMOKE=1 cargo bench --bench intake     # seconds: 2 s of intake, a storm of 500
 //!
 //! Settings: BENCH_PG (admin URL), BENCH_SECONDS (20), BENCH_CLIENTS (32), BENCH_STORM (10000),
-//! BENCH_WRITERS (the server's default), BENCH_ONRAMP (target/release/onramp), BENCH_SETUP_SQL (run after the migrations).
+//! BENCH_WRITERS (the server's default), BENCH_ONRAMP (target/release/onramp), BENCH_SETUP_SQL (run after the migrations),
+//! BENCH_LOG (the server's log filter, `warn`; e.g. `warn,onramp::intake=debug` logs each write's size and time).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -201,7 +202,7 @@ async fn main() {
     let mut server = cmd
         .args(["serve", "--role", "api", "--listen", &format!("127.0.0.1:{port}")])
         .env("DATABASE_URL", &url)
-        .env("ONRAMP_LOG", "warn")
+        .env("ONRAMP_LOG", std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()))
         .env("ONRAMP_TENANTS", tenants)
         .env("ONRAMP_AUTHENTIK_URL", "http://127.0.0.1:9") // not called by the api role's intake
         .env("ONRAMP_AUTHENTIK_TOKEN", "unused")
