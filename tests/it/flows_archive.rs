@@ -42,7 +42,7 @@ async fn onboarded_with_a_finished_job(h: &Harness) -> String {
     // over a time window, as the export asks: `sacct -j` shows the job a moment sooner
     eventually(Duration::from_secs(60), "sacct to show the job ended", || async {
         let o = std::process::Command::new("sacct")
-            .args(["-n", "-P", "-X", "--allusers", "-S", "1970-01-01", "-E", "now+1days", "--format=JobID,State"])
+            .args(["-n", "-P", "-X", "--allusers", "-S", "1970-01-02", "-E", "now+1days", "--format=JobID,State"])
             .arg(format!("--user={UNIX_USER}"))
             .arg(format!("--accounts={}", h.team))
             .output()
@@ -264,4 +264,22 @@ async fn a_tenants_archive_holds_its_records_and_a_changed_one_stops_the_account
         other => panic!("{other:?}"),
     }
     assert!(h.assocs().await.is_empty(), "{:?}", h.assocs().await);
+}
+
+/// The export's time window reaches back before today: sacct takes a start of time 0
+/// (`1970-01-01`) for "not given" and starts the window at today's midnight instead, which left
+/// every earlier job out of an export made after midnight.
+#[tokio::test]
+async fn the_exports_window_reaches_back_before_today() {
+    use onramp::backends::slurm::JobScope;
+    use onramp::backends::slurm::export::count;
+    use onramp::domain::names::{ClusterName, SlurmAccount};
+    let account = SlurmAccount::parse("window-check").unwrap();
+    let cmd = count(&ClusterName::parse("production").unwrap(), &JobScope::Account(account.clone()), &[account]);
+    let argv = cmd.argv();
+    // -v: sacct says which window it selects from
+    let o = std::process::Command::new(&argv[0]).args(&argv[1..]).arg("-v").output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    let window = said.lines().find(|l| l.contains("time window from")).unwrap_or_else(|| panic!("sacct -v: {said}"));
+    assert!(window.contains(" 1970 to "), "{window}");
 }

@@ -54,7 +54,10 @@ fn sacct_selection(cluster: &ClusterName, scope: &JobScope, accounts: &[SlurmAcc
     let mut args = vec![
         "--allusers".to_string(),
         "--duplicates".into(),
-        "--starttime=1970-01-01".into(),
+        // All time, but not 1970-01-01: that is time 0, which sacct takes for "not given" and
+        // replaces with today's midnight (after midnight an export would leave out every
+        // earlier job; Slurm 22.05 here selected 32 of an account's 234 jobs).
+        "--starttime=1970-01-02".into(),
         "--endtime=now+1days".into(),
         format!("--clusters={cluster}"),
     ];
@@ -231,7 +234,7 @@ mod tests {
                 &format!("--format={SACCT_FIELDS}"),
                 "--allusers",
                 "--duplicates",
-                "--starttime=1970-01-01",
+                "--starttime=1970-01-02",
                 "--endtime=now+1days",
                 "--clusters=production",
                 "--user=alice",
