@@ -23,6 +23,7 @@ mod policy;
 mod query;
 mod retention;
 pub mod simulate;
+mod slots;
 mod stats;
 mod store;
 mod subjects;

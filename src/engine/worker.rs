@@ -15,6 +15,7 @@ use tracing::{Instrument, Span};
 use super::decide::{Situation, decide};
 use super::kept::Kept;
 use super::leases;
+use super::slots;
 use super::stats;
 use super::store::{self, Claimed, StepWrite};
 use super::trace;
@@ -154,10 +155,11 @@ async fn claim_loop(
             _ = stop.cancelled() => return,
         };
         let mut permits = vec![first];
-        while permits.len() < MAX_BATCH {
-            match sem.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
+        slots::take_free(sem, &mut permits, MAX_BATCH);
+        if shared.backlog.load(Relaxed) {
+            let low_water = shared.cfg.concurrency / 2;
+            if !slots::gather(sem, &mut permits, low_water, MAX_BATCH, slots::GATHER_FOR, stop).await {
+                return;
             }
         }
         let asked = permits.len();
