@@ -63,12 +63,18 @@ mod tests {
         (sem, held)
     }
 
-    #[tokio::test]
-    async fn a_burst_of_slots_coming_free_one_by_one_is_claimed_together() {
-        let (sem, mut held) = busy(8);
+    /// A claim starting in a backlog of `n` slots: one slot free (taken), the rest held.
+    fn one_free_of(n: usize) -> (Arc<Semaphore>, Vec<OwnedSemaphorePermit>, Vec<OwnedSemaphorePermit>) {
+        let (sem, mut held) = busy(n);
         drop(held.pop());
         let mut permits = vec![];
-        take_free(&sem, &mut permits, 8);
+        take_free(&sem, &mut permits, n);
+        (sem, held, permits)
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_slots_coming_free_one_by_one_is_claimed_together() {
+        let (sem, mut held, mut permits) = one_free_of(8);
         assert_eq!(permits.len(), 1, "one slot free when the claim starts");
         // the rest of the burst: three more slots, one after the other, as a batch's steps reply
         let burst: Vec<_> = held.drain(..3).collect();
@@ -87,10 +93,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_claim_waits_no_longer_than_the_deadline_for_slots_that_stay_busy() {
-        let (sem, mut held) = busy(8);
-        drop(held.pop());
-        let mut permits = vec![];
-        take_free(&sem, &mut permits, 8);
+        let (sem, _held, mut permits) = one_free_of(8);
         let t0 = std::time::Instant::now();
         assert!(gather(&sem, &mut permits, 4, 8, GATHER_FOR, &CancellationToken::new()).await);
         assert_eq!(permits.len(), 1, "claims with the one free slot");
