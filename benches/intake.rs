@@ -27,6 +27,9 @@ use onramp::intake::SigningSecret;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
 
+#[path = "intake/wire.rs"]
+mod wire;
+
 const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const GROUP: &str = "tenant-foo-users";
 const GROUP_TENANT: &str = "foo";
@@ -52,69 +55,56 @@ struct Sent {
     latencies_us: Vec<u64>,
 }
 
-/// One signed delivery, ready to send.
-struct Signed {
-    id: String,
-    timestamp: String,
-    signature: String,
-    raw: Vec<u8>,
-}
-
-fn signed(key: &SigningSecret, i: usize, body: fn(usize) -> Value) -> Signed {
+/// The i-th delivery as an HTTP request to `host`, signed.
+fn signed(key: &SigningSecret, host: &str, i: usize, body: fn(usize) -> Value) -> Vec<u8> {
     let raw = serde_json::to_vec(&body(i)).unwrap();
     let id = format!("msg_{i}");
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-    Signed { signature: key.sign(&id, ts, &raw), id, timestamp: ts.to_string(), raw }
+    let signature = key.sign(&id, ts, &raw);
+    let headers =
+        [("webhook-id", id.as_str()), ("webhook-timestamp", &ts.to_string()), ("webhook-signature", &signature)];
+    wire::post(host, "/webhooks/authentik", &headers, &raw)
 }
 
 /// Posts deliveries from `clients` tasks until `stop` says so; `body(i)` is the i-th delivery.
 /// The first `prepare` are serialized and signed before the clock starts (Authentik signs on its
 /// own machine, not on this one's two cores); any past those are signed as they are sent.
 async fn send(
-    base: &str,
+    host: &str,
     clients: usize,
     prepare: usize,
     stop: impl Fn(usize, Instant) -> bool + Send + Sync + 'static,
     body: fn(usize) -> Value,
 ) -> Sent {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
     let next = Arc::new(AtomicUsize::new(0));
     let key: Arc<SigningSecret> = Arc::new(WHSEC.parse().unwrap());
-    let ready: Arc<Vec<Signed>> = Arc::new((0..prepare).map(|i| signed(&key, i, body)).collect());
+    let ready: Arc<Vec<Vec<u8>>> = Arc::new((0..prepare).map(|i| signed(&key, host, i, body)).collect());
     let stop = Arc::new(stop);
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..clients {
-        let (http, next, key, stop, ready) = (http.clone(), next.clone(), key.clone(), stop.clone(), ready.clone());
-        let url = format!("{base}/webhooks/authentik");
+        let (next, key, stop, ready, host) = (next.clone(), key.clone(), stop.clone(), ready.clone(), host.to_string());
         tasks.spawn(async move {
             let (mut accepted, mut lat) = (0usize, Vec::new());
+            let mut conn = wire::Conn::new(&host);
             loop {
                 let i = next.fetch_add(1, Relaxed);
                 if stop(i, t0) {
                     return (accepted, lat);
                 }
                 let late;
-                let d = match ready.get(i) {
-                    Some(d) => d,
+                let request = match ready.get(i) {
+                    Some(r) => r,
                     None => {
-                        late = signed(&key, i, body);
+                        late = signed(&key, &host, i, body);
                         &late
                     }
                 };
                 let sent = Instant::now();
-                let r = http
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .header("webhook-id", &d.id)
-                    .header("webhook-timestamp", &d.timestamp)
-                    .header("webhook-signature", &d.signature)
-                    .body(d.raw.clone())
-                    .send()
-                    .await
-                    .unwrap();
-                let status = r.status().as_u16();
-                let answer: Value = r.json().await.unwrap_or(Value::Null);
+                let (status, answer) = match conn.send(request).await {
+                    Ok((status, body)) => (status, serde_json::from_slice(body).unwrap_or(Value::Null)),
+                    Err(e) => refuse(&format!("delivery {i}: {e}")),
+                };
                 lat.push(sent.elapsed().as_micros() as u64);
                 if status != 202 || answer["duplicate"] != false || answer["delivery"].as_str().is_none() {
                     refuse(&format!("delivery {i} answered {status} {answer}"));
@@ -211,7 +201,8 @@ async fn main() {
         .spawn()
         .unwrap_or_else(|e| panic!("{exe}: {e} (build it: cargo build --release)"));
     let pid = server.id().expect("the server runs");
-    let base = format!("http://127.0.0.1:{port}");
+    let host = format!("127.0.0.1:{port}");
+    let base = format!("http://{host}");
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
@@ -250,7 +241,7 @@ async fn main() {
     let t0 = Instant::now();
     // as many as 15,000 a second could send (more are signed as they go)
     let prepare = (15_000.0 * seconds) as usize;
-    let sent = send(&base, clients, prepare, move |_, t0| t0.elapsed() >= window, user_event).await;
+    let sent = send(&host, clients, prepare, move |_, t0| t0.elapsed() >= window, user_event).await;
     let secs = t0.elapsed().as_secs_f64();
     let catch_up = pumped(&pool, Duration::from_secs(120)).await;
     let wal_to = lsn().await.unwrap();
@@ -290,7 +281,7 @@ async fn main() {
 
     // 2. the event storm about one group
     let t0 = Instant::now();
-    let sent = send(&base, clients, storm, move |i, _| i >= storm, group_event).await;
+    let sent = send(&host, clients, storm, move |i, _| i >= storm, group_event).await;
     let secs = t0.elapsed().as_secs_f64();
     pumped(&pool, Duration::from_secs(120)).await;
     let (stored, linked): (i64, i64) = sqlx::query_as(
