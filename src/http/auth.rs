@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 
-use super::{AppState, Problem, source};
+use super::{Problem, Shared, source};
 use crate::http::access::{self, Principal, Role};
 
 /// Failed authentications allowed per source and window.
@@ -73,10 +73,10 @@ impl Auth {
     }
 }
 
-impl FromRequestParts<AppState> for Auth {
+impl FromRequestParts<Shared> for Auth {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Problem> {
         let token = parts
             .headers
             .get(header::AUTHORIZATION)

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::auth::Auth;
 use super::extract::{Body, PathParam};
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::domain::names::TenantName;
 use crate::engine::{EventType, NewSubscription, SubscriptionError};
 use crate::http::access::Role;
@@ -32,7 +32,7 @@ impl From<SubscriptionError> for Problem {
     }
 }
 
-async fn list(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<Shared>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Admin)?;
     let subs = s.engine.subscriptions().await?;
     let subs: Vec<_> = subs.into_iter().filter(|c| p.tenant.is_none() || c.tenant == p.tenant).collect();
@@ -49,7 +49,7 @@ struct NewCallback {
 
 async fn create(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     Body(b): Body<NewCallback>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let p = auth.require(Role::Admin)?;
@@ -86,7 +86,7 @@ async fn create(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
-async fn delete(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<i64>) -> Result<StatusCode, Problem> {
+async fn delete(auth: Auth, State(s): State<Shared>, PathParam(id): PathParam<i64>) -> Result<StatusCode, Problem> {
     let p = auth.require(Role::Admin)?;
     let not_found = || Problem::not_found(format!("callback subscription {id} not found"));
     if let Some(own) = &p.tenant {

@@ -8,7 +8,7 @@ use axum::http::Method;
 
 use super::auth::Auth;
 use super::extract::PathParam;
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::http::access::Role;
 use crate::intake::view::{DeliveryView, delivery};
 
@@ -18,7 +18,7 @@ pub fn routes() -> Vec<Route> {
 
 async fn show(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<DeliveryView>, Problem> {
     let p = auth.require(Role::Viewer)?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::GET, "/healthz", || async { "ok\n" }), route(Method::GET, "/readyz", ready)]
@@ -15,7 +15,7 @@ pub fn routes() -> Vec<Route> {
 /// How long readiness waits for the database (whatever the pool's own wait for a connection).
 const READY_TIMEOUT: Duration = Duration::from_secs(1);
 
-async fn ready(State(s): State<AppState>) -> Result<axum::Json<serde_json::Value>, Problem> {
+async fn ready(State(s): State<Shared>) -> Result<axum::Json<serde_json::Value>, Problem> {
     let not_ready = |detail: &str| Problem::new(StatusCode::SERVICE_UNAVAILABLE, "not-ready", "Not ready", detail);
     match tokio::time::timeout(READY_TIMEOUT, s.engine.ping()).await {
         Ok(Ok(())) => {}

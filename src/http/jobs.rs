@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::auth::Auth;
 use super::extract::{OptBody, Params, PathParam};
-use super::{AppState, Problem, Route, params, route};
+use super::{AppState, Problem, Route, Shared, params, route};
 use crate::engine::{Job, JobFilter, JobState};
 use crate::http::access::{Principal, Role, UNSCOPED_KINDS};
 
@@ -48,7 +48,7 @@ struct ListQuery {
     limit: Option<String>,
 }
 
-async fn list(auth: Auth, State(s): State<AppState>, Params(q): Params<ListQuery>) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<Shared>, Params(q): Params<ListQuery>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let states: Vec<&str> = JobState::ALL.iter().map(|st| st.as_str()).collect();
     let state = match q.state.as_deref() {
@@ -109,7 +109,7 @@ async fn visible(s: &AppState, p: &Principal, id: i64) -> Result<Job, Problem> {
     }
 }
 
-async fn show(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<String>) -> Result<Json<Value>, Problem> {
+async fn show(auth: Auth, State(s): State<Shared>, PathParam(id): PathParam<String>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let id = params::job_id(&id)?;
     let job = visible(&s, p, id).await?;
@@ -125,7 +125,7 @@ struct CancelBody {
 
 async fn cancel(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     PathParam(id): PathParam<String>,
     OptBody(body): OptBody<CancelBody>,
 ) -> Result<Json<Job>, Problem> {
@@ -135,18 +135,14 @@ async fn cancel(
     Ok(Json(s.engine.cancel(id, &p.actor(), body.reason.as_deref()).await?))
 }
 
-async fn retry(auth: Auth, State(s): State<AppState>, PathParam(id): PathParam<String>) -> Result<Json<Job>, Problem> {
+async fn retry(auth: Auth, State(s): State<Shared>, PathParam(id): PathParam<String>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     let id = params::job_id(&id)?;
     visible(&s, p, id).await?;
     Ok(Json(s.engine.retry(id, &p.actor()).await?))
 }
 
-async fn approve(
-    auth: Auth,
-    State(s): State<AppState>,
-    PathParam(id): PathParam<String>,
-) -> Result<Json<Job>, Problem> {
+async fn approve(auth: Auth, State(s): State<Shared>, PathParam(id): PathParam<String>) -> Result<Json<Job>, Problem> {
     let p = auth.require(Role::Operator)?;
     let id = params::job_id(&id)?;
     let job = visible(&s, p, id).await?;

@@ -22,7 +22,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use super::source::IpNet;
-use super::{AppState, Problem, Route, idempotency};
+use super::{Problem, Route, Shared, idempotency};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -82,7 +82,7 @@ pub fn parse_origin(s: &str) -> Result<HeaderValue, String> {
 }
 
 /// A route with its own timeout and body limit, as it declares them.
-pub(super) fn per_route(route: Route, s: &HttpSettings) -> MethodRouter<AppState> {
+pub(super) fn per_route(route: Route, s: &HttpSettings) -> MethodRouter<Shared> {
     let mut h = route.handler;
     if !route.own_body_limit {
         h = h.layer::<_, Infallible>(RequestBodyLimitLayer::new(s.max_body));

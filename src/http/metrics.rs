@@ -7,14 +7,14 @@ use axum::extract::State;
 use axum::http::{Method, header};
 use axum::response::IntoResponse;
 
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::engine::JobState;
 
 pub fn routes() -> Vec<Route> {
     vec![route(Method::GET, "/metrics", metrics)]
 }
 
-async fn metrics(State(s): State<AppState>) -> Result<impl IntoResponse, Problem> {
+async fn metrics(State(s): State<Shared>) -> Result<impl IntoResponse, Problem> {
     let st = &s.stats;
     let mut out = String::new();
     for (name, help, v) in [

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::auth::Auth;
 use super::extract::{Params, PathParam};
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::dryrun::plan::{Plan, PlanRequest, plan};
 use crate::flows::membership;
@@ -37,7 +37,7 @@ fn invalid(what: &str, e: impl ToString) -> Problem {
 
 async fn show(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     PathParam(flow): PathParam<String>,
     Params(q): Params<PlanQuery>,
 ) -> Result<Json<Plan>, Problem> {

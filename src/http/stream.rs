@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
 use super::extract::Params;
-use super::{AppState, Problem};
+use super::{Problem, Shared};
 use crate::domain::names::TenantName;
 use crate::engine::callbacks::{Hold, LoggedEvent, settled};
 use crate::engine::{Engine, Job};
@@ -183,7 +183,7 @@ pub(super) struct StreamQuery {
 
 pub(super) async fn stream(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     Params(q): Params<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Problem> {
@@ -232,7 +232,7 @@ struct Filter {
 }
 
 struct Feed {
-    s: AppState,
+    s: Shared,
     filter: Filter,
     rx: broadcast::Receiver<Batch>,
     queue: VecDeque<Event>,

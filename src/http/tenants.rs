@@ -24,7 +24,7 @@ use time::OffsetDateTime;
 
 use super::auth::Auth;
 use super::extract::PathParam;
-use super::{AppState, Problem, Route, route};
+use super::{AppState, Problem, Route, Shared, route};
 use crate::domain::tenants::Tenant;
 use crate::engine::{JobState, OutputArray};
 use crate::flows::reconcile::{RECONCILE_FULL, RECONCILE_TENANT};
@@ -42,18 +42,14 @@ fn rfc3339(t: OffsetDateTime) -> Value {
     json!(t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default())
 }
 
-async fn list(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<Shared>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let reg = s.registry()?;
     let tenants: Vec<&Tenant> = reg.tenants.iter().filter(|t| p.sees(t.name.as_str())).collect();
     Ok(Json(json!({ "tenants": summaries(&s, &tenants).await? })))
 }
 
-async fn show(
-    auth: Auth,
-    State(s): State<AppState>,
-    PathParam(name): PathParam<String>,
-) -> Result<Json<Value>, Problem> {
+async fn show(auth: Auth, State(s): State<Shared>, PathParam(name): PathParam<String>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let reg = s.registry()?;
     let t = reg
@@ -178,7 +174,7 @@ async fn summaries(s: &AppState, tenants: &[&Tenant]) -> Result<Vec<Value>, Prob
 }
 
 /// The latest finished full reconcile's report, narrowed to the caller's tenant when scoped.
-async fn drift(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
+async fn drift(auth: Auth, State(s): State<Shared>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let latest = s.engine.latest_succeeded(&[RECONCILE_FULL]).await?;
     let Some((job, finished_at)) = latest.and_then(|j| j.finished_at.map(|at| (j, at))) else {

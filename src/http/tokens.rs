@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::auth::Auth;
 use super::extract::{Body, PathParam};
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::domain::duration::parse_duration;
 use crate::domain::names::TenantName;
 use crate::http::access::{self, Role, TokenError};
@@ -36,7 +36,7 @@ impl From<TokenError> for Problem {
     }
 }
 
-async fn list(auth: Auth, State(s): State<AppState>) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<Shared>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Admin)?;
     let tokens = access::list(s.engine.pool()).await.map_err(TokenError::from)?;
     let tokens: Vec<_> = tokens.into_iter().filter(|t| p.tenant.is_none() || t.tenant == p.tenant).collect();
@@ -55,7 +55,7 @@ struct NewToken {
 
 async fn create(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     Body(b): Body<NewToken>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let p = auth.require(Role::Admin)?;
@@ -85,7 +85,7 @@ async fn create(
 
 async fn revoke(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     PathParam(name): PathParam<String>,
 ) -> Result<StatusCode, Problem> {
     let p = auth.require(Role::Admin)?;

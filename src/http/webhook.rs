@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::{AppState, Problem, Route, route};
+use super::{Problem, Route, Shared, route};
 use crate::intake::{AuthHeaders, Delivery, WriteError, event};
 
 pub fn routes() -> Vec<Route> {
@@ -39,7 +39,7 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn authentik(State(s): State<AppState>, req: Request) -> Response {
+async fn authentik(State(s): State<Shared>, req: Request) -> Response {
     let Some(intake) = s.intake.clone() else {
         return Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Auth;
 use super::extract::Body;
-use super::{AppState, Problem, Route, idempotency, route};
+use super::{AppState, Problem, Route, Shared, idempotency, route};
 use crate::backends::authentik::AuthentikError;
 use crate::domain::names::{SlurmAccount, TenantName, Username};
 use crate::domain::tenants::{Tenant, TenantRegistry};
@@ -171,7 +171,7 @@ fn job(reg: &TenantRegistry, p: &Principal, w: &StartWork) -> Result<NewJob, Pro
 
 async fn start(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     headers: HeaderMap,
     Body(w): Body<StartWork>,
 ) -> Result<Response, Problem> {

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 use super::auth::Auth;
 use super::extract::PathParam;
 use super::tenants::REPORT_ENTRIES;
-use super::{AppState, Problem, Route, route};
+use super::{AppState, Problem, Route, Shared, route};
 use crate::backends::slurm::Limit;
 use crate::domain::names::Username;
 use crate::domain::tenants::Tenant;
@@ -50,11 +50,7 @@ fn tenant<'a>(s: &'a AppState, p: &Principal, name: &str) -> Result<&'a Tenant, 
         .ok_or_else(|| Problem::not_found(format!("tenant {name:?} not found")))
 }
 
-async fn list(
-    auth: Auth,
-    State(s): State<AppState>,
-    PathParam(name): PathParam<String>,
-) -> Result<Json<Value>, Problem> {
+async fn list(auth: Auth, State(s): State<Shared>, PathParam(name): PathParam<String>) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
     let t = tenant(&s, p, &name)?;
     let known = Known::read(&s, t, None).await?;
@@ -64,7 +60,7 @@ async fn list(
 
 async fn show(
     auth: Auth,
-    State(s): State<AppState>,
+    State(s): State<Shared>,
     PathParam((name, username)): PathParam<(String, String)>,
 ) -> Result<Json<Value>, Problem> {
     let p = auth.require(Role::Viewer)?;
