@@ -29,10 +29,16 @@ gw = med([r for r in all_of(system="graphile-worker", mode="default") if "jobs_p
 gwb = med([r for r in all_of(system="graphile-worker", mode="batched") if "jobs_per_s" in r], "jobs_per_s")
 gwl = all_of(system="graphile-worker", test="add_to_start_latency")
 drains = all_of(system="onramp", measure="throughput")
-# each job its own subject, as graphile-worker's reference jobs (no queue); lines without the field
-# are of the earlier bench, which spread the jobs over 1,000 subjects
-independent = [r for r in drains if r.get("subjects", 1000) == r["jobs"]]
-serialized = [r for r in drains if r.get("subjects", 1000) != r["jobs"]]
+
+
+def subjects(r):
+    """A drain's subjects; lines without the field are of the earlier bench (1,000 subjects)."""
+    return r.get("subjects", 1000)
+
+
+# each job its own subject, as graphile-worker's reference jobs (no queue)
+independent = [r for r in drains if subjects(r) == r["jobs"]]
+serialized = [r for r in drains if subjects(r) != r["jobs"]]
 eng = med(independent, "jobs_per_s")
 lat = all_of(system="onramp", measure="enqueue_to_start")
 rec = med(all_of(system="onramp", measure="kill9_recovery"), "ratio_to_lease")
@@ -56,9 +62,9 @@ if eng and gw:
           f" vs graphile-worker default {fmt(gw)} = {ratio(eng, gw):.2f}x")
 if eng and gwb:
     print(f"  vs graphile-worker batched {fmt(gwb)} = {ratio(eng, gwb):.2f}x (target >= 1x)")
-if serialized and gwb:
-    for n in sorted({r.get("subjects", 1000) for r in serialized}):
-        m = med([r for r in serialized if r.get("subjects", 1000) == n], "jobs_per_s")
+if gwb:
+    for n in sorted({subjects(r) for r in serialized}):
+        m = med([r for r in serialized if subjects(r) == n], "jobs_per_s")
         print(f"  the jobs over {n:,} subjects, each subject's one at a time: onramp {fmt(m)}"
               f" = {ratio(m, gwb):.2f}x graphile-worker batched (whose jobs wait for none)")
 if eng and gwb:

@@ -106,8 +106,7 @@ async fn wal_lsn(pool: &PgPool) -> String {
     sqlx::query_scalar("select pg_current_wal_lsn()::text").fetch_one(pool).await.unwrap()
 }
 
-async fn throughput(admin: &str, subjects: usize) {
-    let jobs: usize = env("BENCH_JOBS", 100_000);
+async fn throughput(admin: &str, jobs: usize, subjects: usize) {
     let workers: usize = env("BENCH_WORKERS", 2);
     let concurrency: usize = env("BENCH_CONCURRENCY", 256);
     let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;
@@ -238,13 +237,13 @@ async fn main() {
     let admin = std::env::var("BENCH_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let which = std::env::var("BENCH_ONLY").unwrap_or_default();
     if which.is_empty() || which == "throughput" {
+        let jobs: usize = env("BENCH_JOBS", 100_000);
         match std::env::var("BENCH_SUBJECTS").ok().and_then(|v| v.parse().ok()) {
-            Some(n) => throughput(&admin, n).await,
+            Some(n) => throughput(&admin, jobs, n).await,
             None => {
-                throughput(&admin, usize::MAX).await;
+                throughput(&admin, jobs, usize::MAX).await;
                 // 1,000 at 100,000 jobs; in a short drain (the smoke) still 100 jobs a subject
-                let jobs: usize = env("BENCH_JOBS", 100_000);
-                throughput(&admin, (jobs / 100).clamp(1, 1000)).await;
+                throughput(&admin, jobs, (jobs / 100).clamp(1, 1000)).await;
             }
         }
     }

@@ -35,15 +35,14 @@ impl Conn {
     /// closed between two requests is opened again once.
     pub async fn send(&mut self, request: &[u8]) -> std::io::Result<(u16, &[u8])> {
         let fresh = self.stream.is_none();
-        match self.exchange(request).await {
-            Ok((status, at)) => Ok((status, &self.buf[at..])),
+        let (status, at) = match self.exchange(request).await {
             Err(_) if !fresh => {
                 self.stream = None;
-                let (status, at) = self.exchange(request).await?;
-                Ok((status, &self.buf[at..]))
+                self.exchange(request).await?
             }
-            Err(e) => Err(e),
-        }
+            answer => answer?,
+        };
+        Ok((status, &self.buf[at..]))
     }
 
     /// Returns the status and where the body starts in `buf`.
