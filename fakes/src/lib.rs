@@ -6,9 +6,11 @@
 //! standalone server (`onramp-fakes k8s|authentik --listen ADDR`, which prints its URL on the
 //! first line of stdout). A test in another process drives and checks a standalone fake through
 //! its control API under `/_fake/` ([`client`] wraps it). Both can fail a share of their API
-//! requests at random ([`chaos`]).
+//! requests at random ([`chaos`]). Installed as `weka`, `lfs` or `lctl`, the binary is a fake
+//! storage CLI instead ([`storage_cli`]).
 
 pub mod authentik;
 pub mod chaos;
 pub mod client;
 pub mod k8s;
+pub mod storage_cli;

@@ -1,15 +1,18 @@
 //! `onramp-fakes k8s|authentik [--listen ADDR] [--token TOKEN]`: one fake as a standalone
 //! server. Prints its base URL on stdout's first line, then serves until killed. Drive it through
-//! `/_fake/…` (see the crate's docs).
+//! `/_fake/…` (see the crate's docs). Installed (symlinked) as `weka`, `lfs` or `lctl`, it is a
+//! fake storage CLI instead (`onramp_fakes::storage_cli`).
 
 use std::process::ExitCode;
 
+use onramp_fakes::storage_cli;
 use tokio::net::TcpListener;
 
 const USAGE: &str = "usage: onramp-fakes k8s|authentik [--listen ADDR (127.0.0.1:0)] [--token TOKEN (authentik)]
   k8s        a Kubernetes API server (objects, server-side apply, exec running commands here)
   authentik  Authentik's /api/v3/core users and groups, checking `Authorization: Bearer TOKEN`
-Prints the URL on stdout's first line; control API under /_fake/.";
+Prints the URL on stdout's first line; control API under /_fake/.
+Symlinked as weka, lfs or lctl: a fake storage CLI that keeps its state beside the link.";
 
 struct Args {
     which: String,
@@ -35,8 +38,21 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    let argv0 = std::env::args().next().unwrap_or_default();
+    let prog = std::path::Path::new(&argv0).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if storage_cli::NAMES.contains(&prog) {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let out = storage_cli::run(&storage_cli::installed_in(&argv0), prog, &args);
+        print!("{}", out.stdout);
+        eprint!("{}", out.stderr);
+        return ExitCode::from(out.code);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    rt.block_on(serve())
+}
+
+async fn serve() -> ExitCode {
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

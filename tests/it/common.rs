@@ -202,3 +202,16 @@ pub fn signal(child: &Child, sig: &str) {
 pub async fn db_now(pool: &PgPool) -> time::OffsetDateTime {
     sqlx::query_scalar("select now()").fetch_one(pool).await.unwrap()
 }
+
+/// The fake `weka`/`lfs`/`lctl` (`onramp-fakes` under those names, keeping its state beside the
+/// links) installed in `dir` as each of `names`. The binary is `$ONRAMP_FAKES_BIN` (scripts/test
+/// sets it), else built once with cargo.
+pub fn install_storage_cli(dir: &std::path::Path, names: &[&str]) {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        crate::cargo_bin::binary("ONRAMP_FAKES_BIN", "onramp-fakes", &["-p", "onramp-fakes", "--bin", "onramp-fakes"])
+    });
+    for name in names {
+        std::os::unix::fs::symlink(bin, dir.join(name)).unwrap();
+    }
+}

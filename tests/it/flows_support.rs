@@ -150,8 +150,7 @@ impl Harness {
 
         // Storage: the fake weka.
         let storage_dir = tempfile::Builder::new().prefix("onramp-flows-storage-").tempdir().unwrap();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
-        std::os::unix::fs::symlink(script, storage_dir.path().join("weka")).unwrap();
+        crate::common::install_storage_cli(storage_dir.path(), &["weka"]);
         // `weka-flaky`: fails once when the test has put a `fail-next` file beside it.
         let flaky = storage_dir.path().join("weka-flaky");
         std::fs::write(

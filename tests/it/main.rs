@@ -3,6 +3,8 @@
 mod authority;
 mod brake;
 mod callbacks;
+#[path = "../support/cargo_bin.rs"]
+mod cargo_bin;
 mod cli;
 mod common;
 mod corpus;

@@ -1,4 +1,4 @@
-//! Storage backends against a fake `weka`/`lfs`/`lctl` (tests/fakes/storage-cli) that checks
+//! Storage backends against a fake `weka`/`lfs`/`lctl` (`onramp-fakes` under those names) that checks
 //! the arguments as the real CLIs' syntax requires and records them.
 
 use std::sync::Arc;
@@ -17,10 +17,7 @@ struct FakeCli {
 impl FakeCli {
     fn install() -> Self {
         let dir = tempfile::Builder::new().prefix("onramp-storage-").tempdir().unwrap();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
-        for name in ["weka", "lfs", "lctl"] {
-            std::os::unix::fs::symlink(script, dir.path().join(name)).unwrap();
-        }
+        crate::common::install_storage_cli(dir.path(), &["weka", "lfs", "lctl"]);
         Self { dir }
     }
     fn bin(&self, name: &str) -> String {

@@ -7,6 +7,8 @@
 //! users' unix accounts). `ONRAMP_BIN` / `ONRAMP_FAKES_BIN` name prebuilt binaries.
 
 mod bench;
+#[path = "../support/cargo_bin.rs"]
+mod cargo_bin;
 mod onboarding;
 #[path = "../it/otlp.rs"]
 mod otlp;

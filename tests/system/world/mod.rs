@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use onramp_fakes::client::{AuthentikControl, K8sControl};
 
+use crate::cargo_bin;
+
 use self::cluster::{Tenant, User};
 use self::db::Db;
 use self::mail::Smtpd;
@@ -88,11 +90,11 @@ impl World {
         // every tenant's Slurm state goes, also of a tenant this world does not have
         cluster::delete_slurm_state(&cluster::tenants());
         let tenants: Vec<_> = cluster::tenants().into_iter().take(opts.tenants).collect();
-        let bin = process::binary("ONRAMP_BIN", "onramp", process::RELEASE);
-        let fakes_bin = process::binary("ONRAMP_FAKES_BIN", "onramp-fakes", process::RELEASE);
+        let bin = cargo_bin::binary("ONRAMP_BIN", "onramp", cargo_bin::RELEASE);
+        let fakes_bin = cargo_bin::binary("ONRAMP_FAKES_BIN", "onramp-fakes", cargo_bin::RELEASE);
         let dir = tempfile::Builder::new().prefix("onramp-system-").tempdir().unwrap();
         let d = dir.path().to_path_buf();
-        layout(&d);
+        layout(&d, &fakes_bin);
 
         let (k8s_child, k8s_url) = process::spawn_fake(&fakes_bin, "k8s", &[], d.join("logs/fake-k8s.log")).await;
         let token = format!("ak-system-{}", uuid::Uuid::new_v4().simple());

@@ -120,32 +120,3 @@ pub async fn spawn_fake(bin: &Path, which: &str, extra: &[&str], log: PathBuf) -
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, url)
 }
-
-/// How `binary` builds: the release binaries of the workspace in one build (as scripts/test).
-pub const RELEASE: &[&str] = &["--release", "--workspace", "--bins"];
-
-/// The path of a binary of this workspace: `$<env>` if set, else built with `cargo build
-/// --locked <cargo_args>` (where cargo puts it, whatever the target directory).
-pub fn binary(env: &str, bin: &str, cargo_args: &[&str]) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "{env}={} is not a file", p.display());
-        return p;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("system: {env} is not set; building {bin} with cargo build --locked {}", cargo_args.join(" "));
-    let out = std::process::Command::new(cargo)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--locked", "--message-format=json-render-diagnostics"])
-        .args(cargo_args)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo");
-    assert!(out.status.success(), "cargo build of {bin} failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .unwrap_or_else(|| panic!("cargo built no executable {bin}"))
-}

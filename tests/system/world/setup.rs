@@ -42,16 +42,16 @@ pub fn env(
 }
 
 /// The world's directory: logs, the mounted files, the login pods' $HOME root, skeleton and
-/// `authorized_keys.d`, the fake storage CLI, the archive directory, the maildir.
-pub fn layout(d: &Path) {
+/// `authorized_keys.d`, the fake storage CLI (`onramp-fakes` as `weka`), the archive directory,
+/// the maildir.
+pub fn layout(d: &Path, fakes_bin: &Path) {
     // (not mail/: aiosmtpd makes its maildir)
     for sub in ["logs", "config", "secret", "site", "mounts", "home", "skel", "keys", "storage", "archive"] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
     }
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(d.join("skel/.bashrc"), "# skel\n").unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fakes/storage-cli");
-    std::os::unix::fs::symlink(script, d.join("storage/weka")).unwrap();
+    std::os::unix::fs::symlink(fakes_bin, d.join("storage/weka")).unwrap();
     let _ = std::process::Command::new("chown").arg("slurm").arg(d.join("archive")).status();
 }
 
