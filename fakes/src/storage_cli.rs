@@ -21,7 +21,7 @@ use serde::Serialize;
 pub const NAMES: [&str; 3] = ["weka", "lfs", "lctl"];
 
 /// A call's outcome: what it prints and its exit code.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Output {
     pub stdout: String,
     pub stderr: String,
@@ -157,15 +157,13 @@ impl Cli<'_> {
         Output { stderr: msg + "\n", code: 1, ..Output::default() }
     }
 
+    fn io(e: std::io::Error) -> Output {
+        Self::failure(format!("error: {e}"))
+    }
+
     fn weka(&self, a: &[&str]) -> Done {
         match a {
-            ["fs", "quota", "set", rest @ ..] => {
-                let [path, "--hard", hard, "--soft", soft] = rest else {
-                    return Err(self.usage("usage: weka fs quota set <path> --hard <size> --soft <size>"));
-                };
-                if !path.starts_with('/') {
-                    return Err(self.usage("usage: weka fs quota set <path> --hard <size> --soft <size>"));
-                }
+            ["fs", "quota", "set", path, "--hard", hard, "--soft", soft] if path.starts_with('/') => {
                 let (Some(h), Some(s)) = (size_bytes(hard), size_bytes(soft)) else {
                     return Err(self.usage(&format!("bad size '{hard}' or '{soft}'")));
                 };
@@ -173,6 +171,9 @@ impl Cli<'_> {
                     return Err(Self::failure("error: Directory is not on a Weka filesystem".into()));
                 }
                 self.keep(path, h, s).map(|()| String::new())
+            }
+            ["fs", "quota", "set", ..] => {
+                Err(self.usage("usage: weka fs quota set <path> --hard <size> --soft <size>"))
             }
             ["fs", "quota", "list", fs, "--path", path, "--all", "-J"] if name_ok(fs) => {
                 let q = self.quotas()?;
@@ -202,11 +203,12 @@ impl Cli<'_> {
     }
 
     fn lfs_quota(&self, a: &[&str]) -> Done {
+        let usage = || self.usage("usage: lfs quota {-u|-g} <name> <mountpoint>");
         let ["quota", flag @ ("-u" | "-g"), name, mount] = a else {
-            return Err(self.usage("usage: lfs quota {-u|-g} <name> <mountpoint>"));
+            return Err(usage());
         };
         if !name_ok(name) || !mount.starts_with('/') {
-            return Err(self.usage("usage: lfs quota {-u|-g} <name> <mountpoint>"));
+            return Err(usage());
         }
         let [hard, soft] = self.quotas()?.get(&a[1..].join(" ")).copied().unwrap_or([0, 0]);
         let (kind, idk) = if *flag == "-u" { ("usr", "uid") } else { ("grp", "gid") };
@@ -247,15 +249,14 @@ impl Cli<'_> {
             return Err(self.usage(&format!("bad filesystem or snapshot name '{fs}' '{name}'")));
         }
         let dir = self.here.join("snapshots");
-        let io = |e: std::io::Error| Self::failure(format!("error: {e}"));
-        std::fs::create_dir_all(&dir).map_err(io)?;
+        std::fs::create_dir_all(&dir).map_err(Self::io)?;
         let created = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(format!("{fs}@{name}")));
         match created {
             Ok(_) => Ok(format!("Snapshot {name} created\n")),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 Err(Self::failure(format!("error: Snapshot {name} already exists in filesystem {fs}")))
             }
-            Err(e) => Err(io(e)),
+            Err(e) => Err(Self::io(e)),
         }
     }
 
@@ -273,14 +274,13 @@ impl Cli<'_> {
         if self.here.join("ignore-sets").exists() {
             return Ok(());
         }
-        let io = |e: std::io::Error| Self::failure(format!("error: {e}"));
-        let lock = std::fs::File::create(self.here.join("quotas.lock")).map_err(io)?;
-        lock.lock().map_err(io)?;
+        let lock = std::fs::File::create(self.here.join("quotas.lock")).map_err(Self::io)?;
+        lock.lock().map_err(Self::io)?;
         let mut q = self.quotas()?;
         q.insert(key.to_string(), [hard, soft]);
         let tmp = self.here.join(format!("quotas.json.{}", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_vec(&q).expect("quotas serialize")).map_err(io)?;
-        std::fs::rename(&tmp, self.here.join("quotas.json")).map_err(io)
+        std::fs::write(&tmp, serde_json::to_vec(&q).expect("quotas serialize")).map_err(Self::io)?;
+        std::fs::rename(&tmp, self.here.join("quotas.json")).map_err(Self::io)
     }
 }
 
