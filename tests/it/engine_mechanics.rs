@@ -377,30 +377,3 @@ async fn the_job_list_pages_by_keyset_and_filters() {
     let f = onramp::engine::JobFilter { created_since: Some(since), limit: 50, ..Default::default() };
     assert!(engine.list(&f).await.unwrap().is_empty());
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_slurm_write_gate_admits_one_process_at_a_time_and_opens_when_dropped() {
-    use onramp::backends::slurm::WriteGate;
-    let db = TestDb::new().await;
-    // two gates stand for two replicas: each enter opens a session of its own
-    let (a, b) =
-        (onramp::backends::slurm::PgWriteGate::new(&db.pool), onramp::backends::slurm::PgWriteGate::new(&db.pool));
-    let held = a.enter().await.unwrap();
-    let waiting = tokio::spawn(async move { b.enter().await.map(|_| ()) });
-    let held_by: i64 = sqlx::query_scalar("select count(*) from pg_locks where locktype = 'advisory' and granted and database = (select oid from pg_database where datname = current_database())")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(held_by, 1);
-    eventually(SECS10, "the second writer to queue", || async {
-        let n: i64 = sqlx::query_scalar("select count(*) from pg_locks where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        (n == 1).then_some(())
-    })
-    .await;
-    assert!(!waiting.is_finished());
-    drop(held); // e.g. the step was stopped mid-write: the session ends, the lock goes with it
-    tokio::time::timeout(SECS10, waiting).await.expect("the second writer got in").unwrap().unwrap();
-}

@@ -52,6 +52,7 @@ mod retention;
 mod roles;
 mod schemathesis;
 mod slurm;
+mod slurm_gate;
 mod slurm_ssh;
 mod sshkey;
 mod storage;

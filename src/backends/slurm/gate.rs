@@ -1,8 +1,8 @@
 //! The write gate in PostgreSQL: Slurm writes of every onramp process go one at a time
 //! (slurmdbd 22.05 loses concurrent writes).
 
-use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, PgPool};
 
 /// Slurm writes of every onramp process against one database go one at a time: a session-level
 /// advisory lock on a connection of its own, released when the guard (the connection) is dropped
@@ -16,7 +16,9 @@ impl PgWriteGate {
     pub const KEY: i64 = 0x6f6e_7261_6d70_5357;
 
     pub fn new(pool: &PgPool) -> Self {
-        Self { opts: (*pool.connect_options()).clone() }
+        // waiting here for another replica's write is the gate at work: sqlx would log each wait
+        // over a second as a slow statement (a WARN line per write that queued)
+        Self { opts: (*pool.connect_options()).clone().disable_statement_logging() }
     }
 }
 

@@ -363,8 +363,8 @@ impl Drop for World {
         // the fields' drops remove the directory before the server in it would stop
         self.db.shut_down();
         cluster::delete_slurm_state(&self.tenants);
-        if std::thread::panicking() {
-            // keep the files and logs of a failed run to look at
+        if std::thread::panicking() || std::env::var_os("ONRAMP_KEEP_WORLD").is_some() {
+            // keep the files and logs of a failed run (or when asked) to look at
             let Ok(empty) = tempfile::tempdir() else { return };
             let kept = std::mem::replace(&mut self.dir, empty).keep();
             eprintln!("system: the world's files and logs are kept in {}", kept.display());
