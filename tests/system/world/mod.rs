@@ -7,6 +7,7 @@
 //!
 //! Binaries: `ONRAMP_BIN` and `ONRAMP_FAKES_BIN`, else both built with `cargo build --release
 //! --workspace --bins` (one build, so the two share their dependencies' builds). Worlds run one at a time (they share the Slurm cluster's names).
+//! A world's files and logs are kept when its test fails, or always with `ONRAMP_KEEP_WORLD` set.
 
 pub mod cluster;
 pub mod db;
