@@ -199,6 +199,23 @@ pub fn signal(child: &Child, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
+/// Runs one test of this binary again in a process of its own (`args` are more of the test
+/// harness's flags, `env` is set for that process) and fails unless it ran and passed: for tests
+/// that must be alone in their process, such as those that set tracing subscribers (tracing caches
+/// per call site, process-wide, whether anyone listens).
+pub async fn run_in_own_process(test: &str, args: &[&str], env: &[(&str, &str)]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{test} in its own process failed:\n{said}");
+    assert!(said.contains("1 passed"), "{test} did not run in its own process:\n{said}");
+}
+
 pub async fn db_now(pool: &PgPool) -> time::OffsetDateTime {
     sqlx::query_scalar("select now()").fetch_one(pool).await.unwrap()
 }

@@ -62,16 +62,8 @@ const ALONE: &str = "ONRAMP_TEST_GATE_LOG_ALONE";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_the_slurm_write_gate_is_not_logged_as_a_slow_statement() {
     if std::env::var_os(ALONE).is_none() {
-        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "slurm_gate::waiting_for_the_slurm_write_gate_is_not_logged_as_a_slow_statement"])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(ALONE, "1")
-            .output()
-            .await
-            .unwrap();
-        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "the test in its own process failed:\n{said}");
-        assert!(said.contains("1 passed"), "the test did not run in its own process:\n{said}");
+        let test = "slurm_gate::waiting_for_the_slurm_write_gate_is_not_logged_as_a_slow_statement";
+        run_in_own_process(test, &[], &[(ALONE, "1")]).await;
         return;
     }
     let seen = Captured::default();

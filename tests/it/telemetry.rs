@@ -13,7 +13,7 @@ use opentelemetry_otlp::Protocol;
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::common::{TestDb, eventually, signal, wait_state};
+use crate::common::{TestDb, eventually, run_in_own_process, signal, wait_state};
 use crate::flows_support::{CAROL, Harness, short};
 use crate::otlp::{Receiver, Span};
 
@@ -31,15 +31,7 @@ fn step_spans(spans: &[Span], job: i64) -> Vec<&Span> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_webhook_is_one_trace_from_the_request_to_each_step_attempt() {
     let _one = CAROL.lock().await;
-    let exe = std::env::current_exe().unwrap();
-    let out = tokio::process::Command::new(exe)
-        .args(["--exact", "telemetry::one_webhook_trace", "--ignored", "--nocapture", "--test-threads=1"])
-        .output()
-        .await
-        .unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the trace test in its own process failed:\n{said}");
-    assert!(said.contains("1 passed"), "the trace test did not run:\n{said}");
+    run_in_own_process("telemetry::one_webhook_trace", &["--ignored"], &[]).await;
 }
 
 /// The current-thread runtime runs every task of the harness (HTTP server, intake writer, worker)
