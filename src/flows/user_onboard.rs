@@ -289,8 +289,8 @@ async fn association(b: &Backends, n: &Names) -> StepResult {
     let limits = specs::user_limits(tenant).map_err(Transition::Fail)?;
     let users = [n.user.clone()];
     let ensured = b.slurm.add_users(&n.account, &users, true, &limits).await.step("add the Slurm user")?;
-    let state = b.slurm.user(&n.user).await.step("read the Slurm user back")?;
-    let Some(state) = state else {
+    // as the read after the (batched) add found it: that read verified it, no need to ask again
+    let Some(state) = ensured.users.get(n.user.as_str()) else {
         return Ok(Transition::Retry(format!("Slurm does not show user {} after adding it", n.user)));
     };
     let Some(assoc) = state.assocs.iter().find(|a| a.account == n.account.as_str()) else {

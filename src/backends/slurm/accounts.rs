@@ -149,7 +149,7 @@ impl SlurmCli {
                 got: format!("GrpJobs={} GrpSubmitJobs={}", back.grp_jobs, back.grp_submit_jobs),
             });
         }
-        Ok(Ensured { created: vec![], changed: names(&sets) })
+        Ok(Ensured { changed: names(&sets), ..Ensured::default() })
     }
 
     /// The account and its descendants on this cluster, and whether any of them has

@@ -157,6 +157,9 @@ fn mine(outcome: Option<Result<Ensured, Shared>>, users: &[Username]) -> Result<
             Ok(Ensured {
                 created: e.created.into_iter().filter(|s| ours(s)).collect(),
                 changed: e.changed.into_iter().filter(|s| ours(s)).collect(),
+                users: Arc::new(
+                    users.iter().filter_map(|u| Some((u.to_string(), e.users.get(u.as_str())?.clone()))).collect(),
+                ),
             })
         }
         Some(Err(shared)) => Err(shared.into()),
@@ -296,7 +299,12 @@ mod tests {
         }
         for (t, name) in tasks.into_iter().zip(["alice", "bob", "erin"]) {
             let (r, effects) = t.await.unwrap();
-            assert_eq!(r.unwrap().created, vec![name.to_string()], "each caller sees its own user");
+            let ensured = r.unwrap();
+            assert_eq!(ensured.created, vec![name.to_string()], "each caller sees its own user");
+            // the record the batch's read-back found, of this caller's user only
+            assert_eq!(ensured.users.keys().collect::<Vec<_>>(), [name], "{:?}", ensured.users);
+            let assoc = ensured.users[name].assocs.iter().find(|a| a.account == "ml");
+            assert_eq!(assoc.map(|a| &a.max_jobs), Some(&Limit::At(5)), "{:?}", ensured.users);
             let calls: Vec<&str> = effects.iter().filter_map(|e| e["call"].as_str()).collect();
             assert!(
                 calls.iter().any(|c| c.starts_with("sacctmgr -i add user alice,bob,erin")),
@@ -311,6 +319,11 @@ mod tests {
         // later, alone: its own call
         let u = [Username::parse("frank").unwrap()];
         assert_eq!(b.add_users(&account, &u, true, &limits).await.unwrap().created, ["frank"]);
+        assert_eq!(log.writes().iter().filter(|e| e.call.starts_with("sacctmgr -i add user")).count(), 2);
+        // again, with nothing left to do: no write, and the record its read found
+        let again = b.add_users(&account, &u, true, &limits).await.unwrap();
+        assert!(again.is_noop(), "{again:?}");
+        assert_eq!(again.users.get("frank").map(|s| s.default_account.as_str()), Some("ml"), "{again:?}");
         assert_eq!(log.writes().iter().filter(|e| e.call.starts_with("sacctmgr -i add user")).count(), 2);
 
         // concurrent association reads share one `show assoc`, and each caller's read began after

@@ -52,7 +52,8 @@ pub trait Slurm: Send + Sync {
     fn ensure_user<'a>(&'a self, spec: &'a UserSpec) -> SlurmFuture<'a, Ensured>;
     /// Many users' associations with one account: one `add user a,b,c` for the missing ones,
     /// one `modify` for those whose limits differ, one read before and one after. `created` and
-    /// `changed` list user names.
+    /// `changed` list user names; `users` holds each user's record as the read after found it
+    /// (the read before, when nothing changed).
     fn add_users<'a>(
         &'a self,
         account: &'a SlurmAccount,

@@ -1,7 +1,9 @@
 //! What the Slurm backend is asked for and what it reads back: the desired state of accounts and
 //! user associations, associations and jobs as Slurm shows them, and what each operation did.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -152,6 +154,11 @@ impl fmt::Display for JobScope {
 pub struct Ensured {
     pub created: Vec<String>,
     pub changed: Vec<String>,
+    /// `add_users` only: each user's record as read after the change (or before, when nothing
+    /// changed), the read that verified it. A caller that needs the record reads it here instead
+    /// of asking Slurm again (shared: a batch's members each get it).
+    #[serde(skip)]
+    pub users: Arc<BTreeMap<String, UserState>>,
 }
 
 impl Ensured {

@@ -1,6 +1,7 @@
 //! Users: ensure associations (one or many in one call), block and unblock, delete.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::command::{self, Sets};
 use super::parse::{self, Outcome};
@@ -140,7 +141,7 @@ impl SlurmCli {
             }
         }
         if done.is_noop() && missing.is_empty() && unsure.is_none() {
-            return Ok(done);
+            return Ok(Ensured { users: Arc::new(current), ..done });
         }
         let back = self.read_users(&users).await?;
         for u in &users {
@@ -160,7 +161,7 @@ impl SlurmCli {
             // the add's reply was lost, but the read-back shows the associations: it was made
             done.created.extend(missing.iter().map(|u| u.to_string()));
         }
-        Ok(done)
+        Ok(Ensured { users: Arc::new(back), ..done })
     }
 
     pub(super) async fn set_user_block(
@@ -201,7 +202,7 @@ impl SlurmCli {
                 ),
             }));
         }
-        Ok(Ensured { created: vec![], changed: todo.iter().map(|a| format!("{a}: job limits")).collect() })
+        Ok(Ensured { changed: todo.iter().map(|a| format!("{a}: job limits")).collect(), ..Ensured::default() })
     }
 
     /// Deletes one association (`Some(account)`) or the user (`None`).
