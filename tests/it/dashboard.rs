@@ -23,6 +23,10 @@ use crate::common::*;
 use crate::engine_flows::Scripted;
 use crate::http_api::token;
 
+/// How long any wait here may take: generous, for a loaded CI machine running a browser per test
+/// beside the whole suite (a wait ends as soon as its condition holds).
+const PATIENCE: Duration = Duration::from_secs(30);
+
 async fn chromedriver() -> (tokio::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new("chromedriver")
@@ -34,7 +38,7 @@ async fn chromedriver() -> (tokio::process::Child, String) {
         .expect("chromedriver (Debian: apt-get install chromium chromium-driver; scripts/test installs it)");
     let url = format!("http://127.0.0.1:{port}");
     let status = format!("{url}/status");
-    eventually(Duration::from_secs(20), "chromedriver to answer", || async {
+    eventually(PATIENCE, "chromedriver to answer", || async {
         reqwest::get(&status).await.ok().filter(|r| r.status().is_success()).map(|_| ())
     })
     .await;
@@ -69,15 +73,12 @@ async fn present(c: &Client, css: &str) -> bool {
 
 /// Waits until the element's text satisfies `ok`, and returns it.
 async fn text_when(c: &Client, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    eventually(Duration::from_secs(20), &format!("{css} to read {what}"), || async {
-        text_of(c, css).await.filter(|t| ok(t))
-    })
-    .await
+    eventually(PATIENCE, &format!("{css} to read {what}"), || async { text_of(c, css).await.filter(|t| ok(t)) }).await
 }
 
 /// Clicks the element once it is there (again, should a live update redraw it meanwhile).
 async fn click(c: &Client, css: &str) {
-    eventually(Duration::from_secs(20), &format!("{css} to be clicked"), || async {
+    eventually(PATIENCE, &format!("{css} to be clicked"), || async {
         c.find(Locator::Css(css)).await.ok()?.click().await.ok()
     })
     .await;
@@ -110,7 +111,7 @@ async fn fits(c: &Client, name: &str, ready: &str) {
             // the window took the size (within its frame) and the view is drawn
             (inner <= u64::from(w) && inner + 40 >= u64::from(w) && present(c, ready).await).then_some((scroll, inner))
         };
-        let (scroll, inner) = eventually(Duration::from_secs(10), &format!("{name} at {w} px"), size).await;
+        let (scroll, inner) = eventually(PATIENCE, &format!("{name} at {w} px"), size).await;
         assert!(scroll <= inner, "{name} at {w} px: the page is {scroll} px wide in a {inner} px window");
         let show = "document.querySelector(arguments[0]).scrollIntoView({block: 'center'})";
         c.execute(show, vec![json!(ready)]).await.unwrap();
@@ -163,8 +164,8 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
         .map(|e| e.id)
         .collect();
     let (live, failed) = (ids[0], ids[1]);
-    wait_state(&engine, live, "running", Duration::from_secs(10)).await;
-    wait_state(&engine, failed, "failed", Duration::from_secs(10)).await;
+    wait_state(&engine, live, "running", PATIENCE).await;
+    wait_state(&engine, failed, "failed", PATIENCE).await;
 
     let (_driver, webdriver) = chromedriver().await;
     let c = browser(&webdriver).await;
@@ -173,7 +174,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     click(&c, "#login button").await;
     let row = |id: i64, css: &str| format!("tr[data-job=\"{id}\"] {css}");
     reads(&c, &row(live, "[data-testid=state]"), "running").await;
-    assert_eq!(text_of(&c, &row(live, "[data-testid=step]")).await.as_deref(), Some("quota"));
+    reads(&c, &row(live, "[data-testid=step]"), "quota").await;
     // the list says why: the failed job's error in its reason column; a running one has none
     reads(&c, &row(failed, "[data-testid=reason]"), "failed at quota: weka: quota service unreachable").await;
     assert!(!present(&c, &row(live, "[data-testid=reason]")).await);
@@ -182,8 +183,7 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     assert_eq!(href.as_deref(), Some(format!("#/jobs/{failed}").as_str()));
     // ages tick without a reload or an event
     let age = row(failed, "time.ago");
-    let first = text_of(&c, &age).await.unwrap();
-    assert!(first.ends_with(" ago"), "{first}");
+    let first = text_when(&c, &age, "an age", |t| t.ends_with(" ago")).await;
     text_when(&c, &age, "a newer age", |t| t != first).await;
     fits(&c, "jobs", &row(failed, "[data-testid=reason]")).await;
 
@@ -194,8 +194,10 @@ async fn an_operator_watches_a_job_live_and_retries_a_failed_one() {
     // open the failed job by its row, see why, press retry
     click(&c, &format!("tr[data-job=\"{failed}\"]")).await;
     reads(&c, "[data-testid=last-error]", "weka: quota service unreachable").await;
-    let calls = text_of(&c, "[data-testid=effects]").await.unwrap_or_default();
-    assert!(calls.contains("storage") && calls.contains("weka fs quota set /home/bob --hard 100GB"), "{calls}");
+    text_when(&c, "[data-testid=effects]", "the quota call", |t| {
+        t.contains("storage") && t.contains("weka fs quota set /home/bob --hard 100GB")
+    })
+    .await;
     fits(&c, "job-failed", "[data-testid=effects]").await;
     broken.store(false, SeqCst);
     click(&c, "[data-testid=retry]").await;
@@ -256,8 +258,8 @@ async fn approvals_wait_visibly_ask_for_confirmation_and_follow_the_role() {
         .map(|e| e.id)
         .collect();
     let (cutoff, failed) = (ids[0], ids[1]);
-    wait_state(&engine, cutoff, "needs_approval", Duration::from_secs(10)).await;
-    wait_state(&engine, failed, "failed", Duration::from_secs(10)).await;
+    wait_state(&engine, cutoff, "needs_approval", PATIENCE).await;
+    wait_state(&engine, failed, "failed", PATIENCE).await;
     let asked = "waiting for approval: foo/alice still has 1 running job(s) (4242) after the drain deadline: \
                  approve to cancel them (hard cutoff)";
 
@@ -295,7 +297,7 @@ async fn approvals_wait_visibly_ask_for_confirmation_and_follow_the_role() {
     );
     fits(&c, "approve-dialog", "[data-testid=confirm]").await;
     click(&c, "[data-testid=confirm-no]").await;
-    eventually(Duration::from_secs(5), "the dialog to close", || async {
+    eventually(PATIENCE, "the dialog to close", || async {
         (!present(&c, "[data-testid=confirm]").await).then_some(())
     })
     .await;
@@ -306,7 +308,7 @@ async fn approvals_wait_visibly_ask_for_confirmation_and_follow_the_role() {
     let refused = text_when(&c, "[data-testid=action-result]", "the refusal", |t| !t.is_empty()).await;
     assert!(refused.starts_with("approve refused: 403") && refused.contains("boss"), "{refused}");
     reads(&c, "[data-testid=waiting]", asked).await; // the page was drawn again, the refusal kept
-    assert_eq!(text_of(&c, "[data-testid=action-result]").await.as_deref(), Some(refused.as_str()));
+    reads(&c, "[data-testid=action-result]", refused.as_str()).await;
     assert_eq!(engine.job(cutoff).await.unwrap().state.as_str(), "needs_approval");
 
     // a second admin approves: the job goes on, and no longer shows the approval it waited for
@@ -314,8 +316,8 @@ async fn approvals_wait_visibly_ask_for_confirmation_and_follow_the_role() {
     click(&c, "[data-testid=approve]").await;
     click(&c, "[data-testid=confirm-yes]").await;
     reads(&c, "h1 [data-testid=state]", "succeeded").await;
-    let audit = text_of(&c, "[data-testid=events]").await.unwrap();
-    assert!(audit.contains("api:chief") && audit.contains("four eyes"), "the approval is in the audit trail: {audit}");
+    // the approval is in the audit trail
+    text_when(&c, "[data-testid=events]", "the approval", |t| t.contains("api:chief") && t.contains("four eyes")).await;
     assert!(!present(&c, "[data-testid=waiting]").await && !present(&c, "[data-testid=last-error]").await);
     c.goto(&format!("{base}/dashboard#/jobs")).await.unwrap();
     c.wait().for_element(Locator::Css(&format!("tr[data-job=\"{cutoff}\"]"))).await.unwrap();
@@ -335,7 +337,7 @@ async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
     a.cluster.set(&[("tenant-foo", "alice"), ("tenant-foo", "carol")]);
     let w = TestWorker::start(&a.engine, worker_config("dash", Duration::from_secs(10)));
     let full = a.engine.enqueue(&[onramp::flows::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap()[0].id;
-    wait_state(&a.engine, full, "succeeded", Duration::from_secs(20)).await;
+    wait_state(&a.engine, full, "succeeded", PATIENCE).await;
     let tok = token(&a.engine, "ops", Role::Viewer, None).await;
 
     let (_driver, webdriver) = chromedriver().await;
@@ -355,18 +357,18 @@ async fn the_tenants_overview_shows_limits_members_jobs_in_flight_and_drift() {
     }
     // the onboardings and the offboarding it started wait (stand-ins): in flight, live
     reads(&c, &foo("in-flight"), "3").await;
-    assert_eq!(text_of(&c, &foo("teams")).await.as_deref(), Some("ml-team-foo (tenant-foo-ml)"));
+    reads(&c, &foo("teams"), "ml-team-foo (tenant-foo-ml)").await;
     // the names onramp uses in Kubernetes: the runbook's
-    assert_eq!(text_of(&c, &foo("k8s-namespace")).await.as_deref(), Some("namespace tenant-foo"));
-    assert_eq!(text_of(&c, &foo("k8s-secret")).await.as_deref(), Some("secret tenant-foo-authorized-keys"));
-    assert_eq!(text_of(&c, &foo("k8s-cluster")).await.as_deref(), Some("slurmcluster cluster-tenant-foo"));
-    assert_eq!(text_of(&c, &foo("k8s-nodes")).await.as_deref(), Some("nodes reserved.tenant=tenant-foo"));
+    reads(&c, &foo("k8s-namespace"), "namespace tenant-foo").await;
+    reads(&c, &foo("k8s-secret"), "secret tenant-foo-authorized-keys").await;
+    reads(&c, &foo("k8s-cluster"), "slurmcluster cluster-tenant-foo").await;
+    reads(&c, &foo("k8s-nodes"), "nodes reserved.tenant=tenant-foo").await;
     reads(&c, "[data-tenant=bar] [data-testid=members]", "0").await;
     fits(&c, "tenants", &foo("members")).await;
 
     // each tenant links to its users; the view shows them, or says clearly why it cannot
     click(&c, &foo("users-link")).await;
-    eventually(Duration::from_secs(20), "the users view or its error", || async {
+    eventually(PATIENCE, "the users view or its error", || async {
         let ok = present(&c, "[data-testid=users] tr[data-user]").await;
         let err = text_of(&c, "[data-testid=users-error]").await;
         (ok || err.is_some_and(|e| e.starts_with("Could not load the users of foo: "))).then_some(())
@@ -388,10 +390,10 @@ async fn dashboard_users_view() {
     a.cluster.set(&[("tenant-foo", "alice")]);
     let w = TestWorker::start(&a.engine, worker_config("dash", Duration::from_secs(10)));
     let full = a.engine.enqueue(&[onramp::flows::reconcile::full_job(Actor::cli("test"), "test")]).await.unwrap()[0].id;
-    wait_state(&a.engine, full, "succeeded", Duration::from_secs(20)).await;
+    wait_state(&a.engine, full, "succeeded", PATIENCE).await;
     // bob's onboarding (a stand-in that asks for approval)
     let filter = JobFilter { subject: Some("foo/bob".into()), limit: 10, ..Default::default() };
-    let bobs = eventually(Duration::from_secs(20), "bob's onboarding", || async {
+    let bobs = eventually(PATIENCE, "bob's onboarding", || async {
         let jobs = a.engine.list(&filter).await.unwrap();
         jobs.into_iter().find(|j| j.state.as_str() == "needs_approval")
     })

@@ -111,7 +111,7 @@ async function stream() {
           const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).join("\n");
           const id = chunk.split("\n").find((l) => l.startsWith("id:"));
           if (id) lastId = id.slice(3).trim();
-          if (chunk.includes("event: job") && data) { const job = JSON.parse(data); listeners.forEach((f) => f(job)); }
+          if (chunk.includes("event: job") && data) { const job = JSON.parse(data); listeners.forEach((f) => f(job)); missed?.push(job); }
         }
       }
     } catch (e) { /* reconnect below */ }
@@ -276,9 +276,22 @@ async function jobView(id) {
 }
 
 // ---- routing ----
+// Renders run one at a time: one asked for while another is loading runs after it, so an older
+// answer never draws over a newer one (a live update, an action and a navigation can overlap).
+let rendering = null, renderAgain = false;
+function render() {
+  if (rendering) { renderAgain = true; return rendering; }
+  rendering = (async () => {
+    try { do { renderAgain = false; await renderOnce(); } while (renderAgain); } finally { rendering = null; }
+  })();
+  return rendering;
+}
+
 let current = null;
-async function render() {
+let missed = null; // job events that arrive while a view loads: handed to it once it is drawn
+async function renderOnce() {
   listeners.delete(current);
+  missed = [];
   const hash = location.hash || "#/jobs";
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", hash.startsWith(`#/${a.dataset.nav}`)));
   const m = hash.match(/^#\/jobs\/(\d+)/);
@@ -289,8 +302,11 @@ async function render() {
       : u ? await usersView(decodeURIComponent(u[1]), u[2] && decodeURIComponent(u[2]))
         : hash.startsWith("#/tenants") ? await tenantsView() : await jobsView(hash.startsWith("#/attention"));
     listeners.add(current);
+    missed.forEach((job) => current(job));
   } catch (e) {
     if (e.status !== 401) $("#view").replaceChildren(el("p", { class: "error", "data-testid": "view-error" }, e.message));
+  } finally {
+    missed = null;
   }
 }
 
