@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # onramp side by side with its references, in one run on this machine's PostgreSQL:
 # graphile-worker and pgbench (bench/reference/run.sh), then onramp's engine, webhook intake,
-# full reconcile and end-to-end onboarding benchmarks (release build), then the ratios. Every
+# end-to-end onboarding and full reconcile benchmarks (release build), then the ratios. Every
 # figure is measured BENCH_RUNS times (default 3) and reported as the median with its spread.
 # JSON lines go to bench/results.jsonl.
 #   bench/run.sh          (BENCH_PG overrides the admin URL)
@@ -28,12 +28,12 @@ else
 fi
 repeat cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
 if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
-    # the full reconcile reads (and seeds, and cleans up) the shared Slurm test cluster: only the
-    # run under the cluster's lock (ONRAMP_BENCH_SLURM=sim: a simulated slurmdbd); it repeats itself
     scripts/slurm-test-cluster.sh start >&2
-    flock /tmp/onramp-slurm.lock cargo bench --quiet --bench reconcile | grep '^{' | tee -a "$out"
     # end to end through the shipped binary: the system test's world (root, the Slurm test cluster,
-    # a real SMTP server for the welcome mail)
+    # a real SMTP server for the welcome mail). It runs before the full reconcile: that bench's
+    # seeding and clean-up of 10,000 users leave MariaDB purging their undo for many minutes after
+    # (half a core, every `sacctmgr add user` slower), which measured the end-to-end figure 1.6x
+    # slower and its reference 1.3x slower (BENCHMARKS.md, 2026-12-07 11:06)
     scripts/ensure-python-module.sh aiosmtpd
     e2e() {
         ONRAMP_BIN=target/release/onramp ONRAMP_FAKES_BIN=target/release/onramp-fakes \
@@ -41,6 +41,9 @@ if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
             cargo test --quiet --locked --test system bench:: -- --nocapture | grep '^{'
     }
     repeat e2e | tee -a "$out"
+    # the full reconcile reads (and seeds, and cleans up) the shared Slurm test cluster: only the
+    # run under the cluster's lock (ONRAMP_BENCH_SLURM=sim: a simulated slurmdbd); it repeats itself
+    flock /tmp/onramp-slurm.lock cargo bench --quiet --bench reconcile | grep '^{' | tee -a "$out"
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 python3 bench/summary.py "$out"
