@@ -32,7 +32,7 @@ if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
     # end to end through the shipped binary: the system test's world (root, the Slurm test cluster,
     # a real SMTP server for the welcome mail). It runs before the full reconcile: that bench's
     # seeding and clean-up of 10,000 users leave MariaDB purging their undo for many minutes after
-    # (half a core, every `sacctmgr add user` slower), which measured the end-to-end figure 1.6x
+    # (half a core, every `sacctmgr add user` slower), which measured the end-to-end figure 1.8x
     # slower and its reference 1.3x slower (BENCHMARKS.md, 2026-12-07 11:06)
     scripts/ensure-python-module.sh aiosmtpd
     e2e() {
