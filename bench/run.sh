@@ -30,10 +30,10 @@ repeat cargo bench --quiet --bench intake | grep '^{' | tee -a "$out"
 if [[ "${1:-}" != intake && "${1:-}" != core ]]; then
     scripts/slurm-test-cluster.sh start >&2
     # end to end through the shipped binary: the system test's world (root, the Slurm test cluster,
-    # a real SMTP server for the welcome mail). It runs before the full reconcile: that bench's
-    # seeding and clean-up of 10,000 users leave MariaDB purging their undo for many minutes after
-    # (half a core, every `sacctmgr add user` slower), which measured the end-to-end figure 1.8x
-    # slower and its reference 1.3x slower (BENCHMARKS.md, 2026-12-07 11:06)
+    # a real SMTP server for the welcome mail). It runs before the full reconcile: after that
+    # bench's seeding and clean-up of 10,000 users, MariaDB was still purging their undo (half a
+    # core, every `sacctmgr add user` slower), and the end-to-end figure came out 1.8x slower
+    # than before it, its reference 1.3x (BENCHMARKS.md, 2026-12-07 10:24)
     scripts/ensure-python-module.sh aiosmtpd
     e2e() {
         ONRAMP_BIN=target/release/onramp ONRAMP_FAKES_BIN=target/release/onramp-fakes \
