@@ -41,23 +41,24 @@ pub(crate) async fn renew(
 
 /// Gives steps back at shutdown: they become due at once for any worker.
 pub(crate) async fn release(pool: &PgPool, owner: &str, held: &[(i64, i32, i32)]) -> Result<u64, EngineError> {
-    let done = sqlx::query(
+    // `o`: the row as this statement found it, with the attempt that ends here
+    let ended = "select o.run_id, r.id as job_id, r.step_index, r.step, r.attempt, $1 as worker,
+                        o.run_started_at as started_at from r join jobs o on o.id = r.id";
+    let done = sqlx::query(&format!(
         "with v as (select * from unnest($2::bigint[], $3::int[], $4::int[]) v(id, step_index, attempt)),
          r as (
            update jobs j set queue_state = 'pending', run_at = now(), lease_owner = null, lease_until = null,
-                  updated_at = now()
+                  run_id = null, run_started_at = null, updated_at = now()
            from v where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
              and j.lease_owner = $1
            returning j.id, j.step_index, j.attempt, j.step),
-         s as (
-           update step_runs s set finished_at = now(), outcome = 'released',
-                  error = 'the worker shut down before the step finished'
-           from r where s.job_id = r.id and s.step_index = r.step_index and s.attempt = r.attempt),
+         s as ({}),
          ev as (
            insert into job_events (job_id, from_state, to_state, step, actor, detail)
            select id, 'running', 'pending', step, 'worker:' || $1, 'released at shutdown' from r)
          select count(*), (select 1 from (select pg_notify($5, '')) n) as woke from r",
-    )
+        super::attempts::end_open(ended, "'released'", "'the worker shut down before the step finished'")
+    ))
     .bind(owner)
     .bind(held.iter().map(|h| h.0).collect::<Vec<_>>())
     .bind(held.iter().map(|h| h.1).collect::<Vec<_>>())

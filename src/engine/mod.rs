@@ -2,13 +2,15 @@
 //! about onboarding: flows are registered as [`Flow`]s and only return [`Transition`]s.
 //!
 //! A job is a row in `jobs` pointing at its current step; each attempt of a step is a row in
-//! `step_runs`; each state change is a row in `job_events`. Workers claim due steps with
+//! `step_runs`, written when the attempt ends (the open one is in the job's row, see `attempts`);
+//! each state change is a row in `job_events`. Workers claim due steps with
 //! `FOR UPDATE SKIP LOCKED` and a lease, run them with no transaction open, and write the result
 //! fenced by the attempt number. Timers are `run_at` values, so they survive restarts. A lease is
 //! `lease_owner` and `lease_until`, which no index reads: a claim and a renewal rewrite the row on
 //! its page without index entries. A job's `state` is `running` while a worker holds its lease,
 //! else its state in the queue (`queue_state`, which the indexes read).
 
+mod attempts;
 mod budget;
 pub mod callbacks;
 mod claims;

@@ -68,19 +68,21 @@ pub async fn cancel(pool: &PgPool, id: i64, actor: &Actor, reason: Option<&str>)
     use JobState::*;
     let mut tx = pool.begin().await?;
     let (from, step) = lock(&mut tx, id, "cancel", &[Pending, Running, Waiting, NeedsApproval, Failed]).await?;
+    // the running attempt (open in the job's row) ends here, before the row forgets it
+    let open =
+        "select run_id, id as job_id, step_index, step, attempt, lease_owner as worker, run_started_at as started_at
+                from jobs where id = $1 and lease_owner is not null";
+    sqlx::query(&super::attempts::end_open(open, "'cancelled'", "$2"))
+        .bind(id)
+        .bind(format!("cancelled by {actor}"))
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(
-        "update jobs set queue_state = 'cancelled', lease_owner = null, lease_until = null, finished_at = now(), updated_at = now()
+        "update jobs set queue_state = 'cancelled', lease_owner = null, lease_until = null, run_id = null,
+                run_started_at = null, finished_at = now(), updated_at = now()
          where id = $1",
     )
     .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(
-        "update step_runs set finished_at = now(), outcome = 'cancelled', error = $2
-         where job_id = $1 and finished_at is null",
-    )
-    .bind(id)
-    .bind(format!("cancelled by {actor}"))
     .execute(&mut *tx)
     .await?;
     record(&mut tx, id, from, Cancelled, &step, actor, reason).await?;
@@ -220,7 +222,7 @@ pub async fn list(pool: &PgPool, f: &JobFilter) -> Result<Vec<Job>, EngineError>
 }
 
 pub async fn step_runs(pool: &PgPool, id: i64) -> Result<Vec<StepRun>, EngineError> {
-    Ok(sqlx::query_as("select * from step_runs where job_id = $1 order by id").bind(id).fetch_all(pool).await?)
+    super::attempts::list(pool, id).await
 }
 
 pub async fn events(pool: &PgPool, id: i64) -> Result<Vec<JobEvent>, EngineError> {

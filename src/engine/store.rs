@@ -168,25 +168,28 @@ pub(crate) async fn claim(
         "with cand as (select * from onramp_claim_candidates($1, $4)),
          claimed as (
            -- no indexed column changes: a HOT update (migration 0027)
+           -- the attempt opens in the job's row; its own row is written when it ends (migration 0028).
+           -- The clock, not now() (when the statement began, which can be before the commit of a
+           -- result this claim saw): a subject's next step never seems to start before the last ended
            update jobs j set attempt = j.attempt + 1, lease_owner = $2,
-                  lease_until = now() + $3 * interval '1 millisecond', updated_at = now()
+                  lease_until = now() + $3 * interval '1 millisecond', updated_at = now(),
+                  run_id = nextval('step_runs_id_seq'), run_started_at = clock_timestamp()
            -- by primary key, whatever the plan guesses of cand's size (a guess of a tenth of the
            -- table once hash-joined the whole of it)
            from cand where j.id = cand.id and j.id = any(array(select id from cand))
            returning j.id, j.kind, j.subject, j.tenant, j.traceparent, j.created_at, j.input, j.outputs, j.step_index, j.step, j.attempt,
                      j.attempt_floor, j.step_waited, j.poll_deadline, j.approved_step, j.approved_by,
-                     cand.old_state, cand.old_attempt, cand.old_owner),
+                     cand.old_state, cand.old_attempt, cand.old_owner, cand.old_run_id, cand.old_run_started_at),
          lost as (
-           update step_runs s set finished_at = now(), outcome = 'lease_expired',
-                  error = 'worker ' || coalesce(c.old_owner, '?') || ' stopped renewing its lease'
-           from claimed c
-           where c.old_state = 'running' and s.job_id = c.id and s.step_index = c.step_index
-             and s.attempt = c.old_attempt and s.finished_at is null),
-         -- the clock, not now() (when the statement began, which can be before the commit of a
-         -- result this claim saw): a subject's next step never seems to start before the last ended
-         runs as (
-           insert into step_runs (job_id, step_index, step, attempt, worker, started_at)
-           select id, step_index, step, attempt, $2, clock_timestamp() from claimed),
+           insert into step_runs (id, job_id, step_index, step, attempt, worker, started_at, finished_at, outcome, error)
+           overriding system value
+           select coalesce(c.old_run_id, nextval('step_runs_id_seq')), c.id, c.step_index, c.step, c.old_attempt,
+                  coalesce(c.old_owner, '?'), coalesce(c.old_run_started_at, now()), now(), 'lease_expired',
+                  'worker ' || coalesce(c.old_owner, '?') || ' stopped renewing its lease'
+           from claimed c where c.old_state = 'running'
+           on conflict (job_id, step_index, attempt) do update
+             set finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
+             where step_runs.finished_at is null),
          ev as (
            insert into job_events (job_id, from_state, to_state, step, actor, detail)
            select id, old_state, 'running', step, 'worker:' || $2,
@@ -296,21 +299,25 @@ pub async fn write_results(
              last_error = case when v.error is not null then v.error
                                when v.new_step_index = j.step_index then j.last_error end,
              finished_at = case when v.new_state in ('succeeded', 'failed') then now() end,
+             -- the next step's attempt opens in the same lease (see the claim)
+             run_id = case when v.new_state = 'running' then nextval('step_runs_id_seq') end,
+             run_started_at = case when v.new_state = 'running' then clock_timestamp() end,
              updated_at = now()
-           from v
+           -- `o`: the row as this statement found it, with the attempt that ends here
+           from v join jobs o on o.id = v.id
            where j.id = v.id and j.step_index = v.step_index and j.attempt = v.attempt
              and j.lease_owner = $1
-           returning j.id, j.run_at),
+           returning j.id, j.run_at, o.run_id as ended_run_id, o.run_started_at as ended_started_at),
+         -- the ended attempt's row, written once (migration 0028); the fence above admits one
+         -- write per attempt
          fin as (
-           update step_runs s set finished_at = now(), outcome = v.outcome, error = v.error,
-                  output = v.output, effects = v.effects,
-                  next_run_at = case when v.new_state in ('pending', 'waiting') then u.run_at end
-           from v join upd u on u.id = v.id
-           where s.job_id = v.id and s.step_index = v.step_index and s.attempt = v.attempt),
-         nxt as (
-           insert into step_runs (job_id, step_index, step, attempt, worker)
-           select v.id, v.new_step_index, v.new_step, 1, $1
-           from v join upd u on u.id = v.id where v.new_state = 'running'),
+           insert into step_runs (id, job_id, step_index, step, attempt, worker, started_at, finished_at, outcome,
+                                  error, output, effects, next_run_at)
+           overriding system value
+           select coalesce(u.ended_run_id, nextval('step_runs_id_seq')), v.id, v.step_index, v.step, v.attempt, $1,
+                  coalesce(u.ended_started_at, now()), now(), v.outcome, v.error, v.output, v.effects,
+                  case when v.new_state in ('pending', 'waiting') then u.run_at end
+           from v join upd u on u.id = v.id),
          ev as (
            insert into job_events (job_id, from_state, to_state, step, actor, detail)
            select v.id, 'running', v.new_state, v.step, 'worker:' || $1, v.error

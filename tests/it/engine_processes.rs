@@ -32,6 +32,9 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
     })
     .await;
     assert_eq!(held.lease_owner.as_deref(), Some("doomed"));
+    // the open attempt is read from the job's row: it has no row of its own until it ends
+    let open = runs(&engine, id).await.into_iter().find(|r| r.step == "work").expect("the open attempt is listed");
+    assert_eq!((open.worker.as_str(), open.outcome, open.finished_at), ("doomed", None, None));
     first.kill().await.unwrap(); // SIGKILL: no chance to release anything
     let killed_at = db_now(&db.pool).await;
 
@@ -41,6 +44,8 @@ async fn a_step_orphaned_by_kill_9_runs_again_within_two_leases_and_the_dead_att
     let work: Vec<_> = runs.iter().filter(|r| r.step == "work").collect();
     assert_eq!(work.len(), 2, "{runs:#?}");
     assert_eq!((work[0].worker.as_str(), work[0].outcome), ("doomed", Some(StepOutcome::LeaseExpired)));
+    // the lost attempt's row, written by the claim that took the job over, is the one that was listed
+    assert_eq!((work[0].id, work[0].started_at), (open.id, open.started_at));
     assert_eq!((work[1].worker.as_str(), work[1].outcome), ("rescuer", Some(StepOutcome::Done)));
     let recovered = (work[1].started_at - killed_at).whole_milliseconds() as i64;
     assert!(recovered <= 2 * LEASE_MS, "reclaimed {recovered} ms after kill -9 (lease {LEASE_MS} ms)");
