@@ -2,6 +2,7 @@
 //! Each function is one round trip (or one short transaction) over any number of jobs, so that
 //! many concurrent steps share statements and commits.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -154,17 +155,12 @@ pub(crate) struct Claimed {
     pub approved_by: Option<String>,
 }
 
-/// Claims up to `limit` due steps: pending or waiting jobs whose time has come, and running jobs
-/// whose lease expired (their worker died). A job waits while an older unfinished job of the same
-/// subject exists. The claim commits before any step runs.
-pub(crate) async fn claim(
-    conn: &mut PgConnection,
-    owner: &str,
-    lease: Duration,
-    kinds: &[&str],
-    limit: usize,
-) -> Result<Vec<Claimed>, EngineError> {
-    let rows = sqlx::query(
+/// The claim's statement, with the rows of the attempts whose lease expired (see [`super::attempts`]).
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    let lost = "select c.old_run_id as run_id, c.id as job_id, c.step_index, c.step, c.old_attempt as attempt,
+                       coalesce(c.old_owner, '?') as worker, c.old_run_started_at as started_at
+                from claimed c where c.old_state = 'running'";
+    format!(
         "with cand as (select * from onramp_claim_candidates($1, $4)),
          claimed as (
            -- no indexed column changes: a HOT update (migration 0027)
@@ -180,16 +176,7 @@ pub(crate) async fn claim(
            returning j.id, j.kind, j.subject, j.tenant, j.traceparent, j.created_at, j.input, j.outputs, j.step_index, j.step, j.attempt,
                      j.attempt_floor, j.step_waited, j.poll_deadline, j.approved_step, j.approved_by,
                      cand.old_state, cand.old_attempt, cand.old_owner, cand.old_run_id, cand.old_run_started_at),
-         lost as (
-           insert into step_runs (id, job_id, step_index, step, attempt, worker, started_at, finished_at, outcome, error)
-           overriding system value
-           select coalesce(c.old_run_id, nextval('step_runs_id_seq')), c.id, c.step_index, c.step, c.old_attempt,
-                  coalesce(c.old_owner, '?'), coalesce(c.old_run_started_at, now()), now(), 'lease_expired',
-                  'worker ' || coalesce(c.old_owner, '?') || ' stopped renewing its lease'
-           from claimed c where c.old_state = 'running'
-           on conflict (job_id, step_index, attempt) do update
-             set finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
-             where step_runs.finished_at is null),
+         lost as ({}),
          ev as (
            insert into job_events (job_id, from_state, to_state, step, actor, detail)
            select id, old_state, 'running', step, 'worker:' || $2,
@@ -198,13 +185,27 @@ pub(crate) async fn claim(
          select id, kind, subject, tenant, traceparent, created_at, input, outputs, step_index, attempt, attempt_floor, step_waited,
                 poll_deadline, case when approved_step = step_index then approved_by end as approved_by
          from claimed",
+        super::attempts::end_open(lost, "'lease_expired'", "'worker ' || a.worker || ' stopped renewing its lease'")
     )
-    .bind(limit as i64)
-    .bind(owner)
-    .bind(lease.as_millis() as i64)
-    .bind(kinds)
-    .fetch_all(conn)
-    .await?;
+});
+
+/// Claims up to `limit` due steps: pending or waiting jobs whose time has come, and running jobs
+/// whose lease expired (their worker died). A job waits while an older unfinished job of the same
+/// subject exists. The claim commits before any step runs.
+pub(crate) async fn claim(
+    conn: &mut PgConnection,
+    owner: &str,
+    lease: Duration,
+    kinds: &[&str],
+    limit: usize,
+) -> Result<Vec<Claimed>, EngineError> {
+    let rows = sqlx::query(&CLAIM)
+        .bind(limit as i64)
+        .bind(owner)
+        .bind(lease.as_millis() as i64)
+        .bind(kinds)
+        .fetch_all(conn)
+        .await?;
     rows.into_iter()
         .map(|r| {
             let outputs = match r.try_get::<Value, _>("outputs")? {
