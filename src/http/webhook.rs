@@ -1,5 +1,5 @@
 //! `POST /webhooks/authentik`: size and content type first, then authentication over the raw
-//! bytes, then parsing; the delivery is stored (one row, in a shared transaction: see
+//! bytes, then parsing; the delivery is stored (its row and its pending id, in a shared transaction: see
 //! `intake::writer`) before the 202, and the pump (`intake::pump`) enqueues its reconcile jobs. A delivery PostgreSQL refuses is a 422
 //! (Authentik should not send it again), never a 503.
 

@@ -1,5 +1,5 @@
 //! Webhook intake: authenticate the raw bytes, understand the body as hints, store the delivery
-//! (one row, in a shared transaction) and answer fast; the pump (`pump`) turns stored deliveries
+//! (its row and its pending id, in a shared transaction) and answer fast; the pump (`pump`) turns stored deliveries
 //! into reconcile jobs in bulk off the request path. The HTTP side is `http::webhook`; reconcile
 //! itself is `reconcile`.
 

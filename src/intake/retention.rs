@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-/// Deletes up to `batch` deliveries received more than `older_than` ago; returns how many. A
+/// Deletes up to `batch` processed deliveries received more than `older_than` ago; returns how
+/// many (a pending one is kept until the pump has processed it). A
 /// duplicate is recognised only while its first delivery is kept, so `older_than` must outlive
 /// Authentik's resends (hours), which the setting's floor ensures.
 pub async fn prune_deliveries(pool: &PgPool, older_than: Duration, batch: u32) -> Result<u64, sqlx::Error> {
@@ -19,6 +20,8 @@ pub async fn prune_deliveries(pool: &PgPool, older_than: Duration, batch: u32) -
          delete from webhook_deliveries where id = any(array(
            select id from webhook_deliveries
            where id < (select id from bound) and received_at < (select at from cutoff)
+             -- never one the pump has not processed yet: it would be lost
+             and processed_at is not null
            order by id
            limit $2
            for update skip locked))",

@@ -1,5 +1,6 @@
-//! The SQL of the intake's writer: one statement stores some deliveries (a multi-row insert).
-//! Their reconcile jobs are the pump's (`pump`): the request path writes one row per delivery.
+//! The SQL of the intake's writer: one statement stores some deliveries (a multi-row insert) and
+//! lists them as pending (`webhook_deliveries_pending`, a narrow row each). Their reconcile jobs
+//! are the pump's (`pump`).
 
 use std::collections::HashMap;
 
@@ -32,7 +33,9 @@ pub(super) async fn write(conn: &mut PgConnection, ds: &[Delivery]) -> Result<Ve
                                            traceparent)
            select id, key, remote_addr, shape, action, model, body, targets, raw_body, traceparent from v
            on conflict (delivery_key) do nothing
-           returning id, delivery_key)
+           returning id, delivery_key),
+         -- pending until the pump has enqueued its jobs (migration 0029)
+         pend as (insert into webhook_deliveries_pending (id) select id from ins)
          select v.key, ins.id,
                 case when ins.id is null then (select d.id from webhook_deliveries d where d.delivery_key = v.key) end
          from v left join ins on ins.delivery_key = v.key",

@@ -131,12 +131,11 @@ async fn deliveries_stored_before_a_crash_are_processed_by_a_pump_started_later_
     // a pump that took the oldest 50 and died mid-round: its transaction holds them until its
     // connection goes, and commits nothing
     let mut dead = b.engine.pool().begin().await.unwrap();
-    let held: Vec<Uuid> = sqlx::query_scalar(
-        "select id from webhook_deliveries where processed_at is null order by id limit 50 for update",
-    )
-    .fetch_all(&mut *dead)
-    .await
-    .unwrap();
+    let held: Vec<Uuid> =
+        sqlx::query_scalar("select id from webhook_deliveries_pending order by id limit 50 for update")
+            .fetch_all(&mut *dead)
+            .await
+            .unwrap();
     assert_eq!(held.len(), 50);
     assert!(held.iter().all(|h| ids.contains(h)));
 

@@ -53,17 +53,21 @@ async fn count(pool: &sqlx::PgPool, sql: &str, id: i64) -> i64 {
     sqlx::query_scalar(sql).bind(id).fetch_one(pool).await.unwrap()
 }
 
-/// A delivery as the webhook stores it: a UUIDv7 id and `received_at` of its moment.
-async fn delivery(pool: &sqlx::PgPool, days_ago: u64, n: usize) -> Uuid {
+/// A delivery as the webhook stores it: a UUIDv7 id and `received_at` of its moment; processed
+/// by the pump then, or still pending (listed in `webhook_deliveries_pending`).
+async fn delivery(pool: &sqlx::PgPool, days_ago: u64, n: usize, processed: bool) -> Uuid {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - days_ago * DAY;
     let id = Uuid::new_v7(Timestamp::from_unix(uuid::NoContext, secs, n as u32));
     sqlx::query(
-        "insert into webhook_deliveries (id, delivery_key, received_at, shape, body)
-         values ($1, $2, to_timestamp($3), 'unknown', '{}')",
+        "with d as (
+           insert into webhook_deliveries (id, delivery_key, received_at, shape, body, processed_at)
+           values ($1, $2, to_timestamp($3), 'unknown', '{}', case when $4 then to_timestamp($3) end))
+         insert into webhook_deliveries_pending (id) select $1 where not $4",
     )
     .bind(id)
     .bind(format!("test:{days_ago}:{n}"))
     .bind(secs as f64)
+    .bind(processed)
     .execute(pool)
     .await
     .unwrap();
@@ -104,9 +108,11 @@ async fn old_finished_jobs_and_deliveries_are_pruned_and_recent_or_unfinished_on
     .unwrap();
     let mut old = vec![];
     for n in 0..3 {
-        old.push(delivery(&pool, 15, n).await);
+        old.push(delivery(&pool, 15, n, true).await);
     }
-    let recent = delivery(&pool, 13, 0).await;
+    let recent = delivery(&pool, 13, 0, true).await;
+    // the pump has not processed it yet (it was down for weeks): kept, or it would be lost
+    let unprocessed = delivery(&pool, 20, 9, false).await;
 
     let round = prune(&e, &retention(), &CancellationToken::new()).await.unwrap();
     assert_eq!(round.jobs.jobs, 2 + 1234, "{round:?}");
@@ -119,8 +125,9 @@ async fn old_finished_jobs_and_deliveries_are_pruned_and_recent_or_unfinished_on
         assert_eq!(n("select count(*) from step_runs where job_id = $1").await, expect, "attempts of {what}");
         assert_eq!(n("select count(*) from job_events where job_id = $1").await, expect, "events of {what}");
     }
-    let left: Vec<Uuid> = sqlx::query_scalar("select id from webhook_deliveries").fetch_all(&pool).await.unwrap();
-    assert_eq!(left, [recent], "old deliveries {old:?} pruned");
+    let left: Vec<Uuid> =
+        sqlx::query_scalar("select id from webhook_deliveries order by id").fetch_all(&pool).await.unwrap();
+    assert_eq!(left, [unprocessed, recent], "old processed deliveries {old:?} pruned, the pending one kept");
     // a second round finds nothing
     assert_eq!(prune(&e, &retention(), &CancellationToken::new()).await.unwrap(), Default::default());
 }
