@@ -1,7 +1,9 @@
 //! The periodic retention task of a worker process: finished jobs (with their attempts and audit
 //! trail) and stored webhook deliveries older than their settings are deleted, a batch per
 //! statement, at start and then every `ONRAMP_RETENTION_INTERVAL`. Several replicas may run it
-//! at once: each batch skips the rows another one holds.
+//! at once: each batch skips the rows another one holds. Each round first sets the list of pending
+//! deliveries right (what replicas of a release before migration 0029 left while the Deployments
+//! rolled), so no stored delivery waits unprocessed past a round.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::cli::WorkerArgs;
 use crate::engine::{Engine, Pruned};
-use crate::intake::retention::prune_deliveries;
+use crate::intake::retention::{prune_deliveries, repair_pending_list};
 
 /// Jobs per statement (each with its few step runs and events: a few thousand rows).
 const JOB_BATCH: u32 = 500;
@@ -49,6 +51,10 @@ impl Retention {
 pub struct Round {
     pub jobs: Pruned,
     pub deliveries: u64,
+    /// Unprocessed deliveries that were not listed as pending, listed.
+    pub relisted: u64,
+    /// Pending-list entries of a processed or deleted delivery, removed.
+    pub unlisted: u64,
 }
 
 /// Deletes everything due, batch after batch, until nothing is left or `stop` is cancelled.
@@ -62,6 +68,9 @@ pub async fn prune(engine: &Engine, r: &Retention, stop: &CancellationToken) -> 
         if p.jobs < u64::from(JOB_BATCH) {
             break;
         }
+    }
+    if !stop.is_cancelled() {
+        (out.relisted, out.unlisted) = repair_pending_list(engine.pool()).await?;
     }
     while !stop.is_cancelled() {
         let n = prune_deliveries(engine.pool(), r.deliveries, DELIVERY_BATCH).await?;
@@ -80,20 +89,32 @@ pub async fn periodic_retention(engine: Engine, r: Retention, shutdown: Cancella
     }
     loop {
         match prune(&engine, &r, &shutdown).await {
-            Ok(n) if n != Round::default() => tracing::info!(
-                jobs = n.jobs.jobs,
-                step_runs = n.jobs.step_runs,
-                job_events = n.jobs.job_events,
-                deliveries = n.deliveries,
-                "retention: pruned finished jobs and old deliveries"
-            ),
-            Ok(_) => {}
+            Ok(n) => log(&n),
             Err(e) => tracing::warn!(error = %e, "retention: pruning failed; trying again at the next round"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(r.every) => {}
         }
+    }
+}
+
+fn log(n: &Round) {
+    if n.relisted + n.unlisted > 0 {
+        tracing::info!(
+            relisted = n.relisted,
+            unlisted = n.unlisted,
+            "retention: set the list of pending deliveries right (replicas of a release before migration 0029 ran)"
+        );
+    }
+    if n.jobs != Pruned::default() || n.deliveries > 0 {
+        tracing::info!(
+            jobs = n.jobs.jobs,
+            step_runs = n.jobs.step_runs,
+            job_events = n.jobs.job_events,
+            deliveries = n.deliveries,
+            "retention: pruned finished jobs and old deliveries"
+        );
     }
 }
 

@@ -179,3 +179,45 @@ async fn the_tenants_overview_is_still_right_after_pruning() {
     assert_eq!(foo["jobs_in_flight"]["by_kind"]["user.offboard"], 1, "{foo}");
     assert_eq!(bar["drift"]["offboard"], 1, "{bar}");
 }
+
+/// A rolling upgrade past migration 0029: replicas of the earlier release stored a delivery
+/// without listing it as pending and marked one processed without taking it off; a delivery was
+/// pruned while still listed. A retention round sets the list right, and the pump then takes the
+/// delivery that was unlisted.
+#[tokio::test]
+async fn a_retention_round_sets_the_pending_list_right_after_a_rolling_upgrade() {
+    let db = TestDb::new().await;
+    let e = engine(&db, onramp::flows::registry());
+    let pool = e.pool().clone();
+    let listed = delivery(&pool, 0, 1, false).await;
+    let unlisted = delivery(&pool, 0, 2, false).await;
+    let stale = delivery(&pool, 0, 3, true).await;
+    let orphan = Uuid::now_v7();
+    for (sql, id) in [
+        // the earlier release stored it unlisted
+        ("delete from webhook_deliveries_pending where id = $1", unlisted),
+        // and marked it processed without taking it off
+        ("insert into webhook_deliveries_pending (id) values ($1)", stale),
+        // listed, but its delivery is gone
+        ("insert into webhook_deliveries_pending (id) values ($1)", orphan),
+    ] {
+        sqlx::query(sql).bind(id).execute(&pool).await.unwrap();
+    }
+    let list = || async {
+        let ids: Vec<Uuid> =
+            sqlx::query_scalar("select id from webhook_deliveries_pending order by id").fetch_all(&pool).await.unwrap();
+        ids
+    };
+    let sorted = |mut v: Vec<Uuid>| {
+        v.sort();
+        v
+    };
+    assert_eq!(list().await, sorted(vec![listed, stale, orphan]));
+
+    let round = prune(&e, &retention(), &CancellationToken::new()).await.unwrap();
+    assert_eq!((round.relisted, round.unlisted, round.deliveries), (1, 2, 0), "{round:?}");
+    assert_eq!(list().await, sorted(vec![listed, unlisted]), "every unprocessed delivery listed, nothing else");
+    assert_eq!(onramp::intake::pump::pending(&e).await.unwrap(), 2);
+    // the list is right: a second round changes nothing
+    assert_eq!(prune(&e, &retention(), &CancellationToken::new()).await.unwrap(), Default::default());
+}
