@@ -182,8 +182,8 @@ async fn the_tenants_overview_is_still_right_after_pruning() {
 
 /// A rolling upgrade past migration 0029: replicas of the earlier release stored a delivery
 /// without listing it as pending and marked one processed without taking it off; a delivery was
-/// pruned while still listed. A retention round sets the list right, and the pump then takes the
-/// delivery that was unlisted.
+/// pruned while still listed. A retention round sets the list right: every unprocessed delivery
+/// listed (so a pump takes it), nothing else.
 #[tokio::test]
 async fn a_retention_round_sets_the_pending_list_right_after_a_rolling_upgrade() {
     let db = TestDb::new().await;
