@@ -1,9 +1,9 @@
 //! The periodic retention task of a worker process: finished jobs (with their attempts and audit
 //! trail) and stored webhook deliveries older than their settings are deleted, a batch per
 //! statement, at start and then every `ONRAMP_RETENTION_INTERVAL`. Several replicas may run it
-//! at once: each batch skips the rows another one holds. Each round first sets the list of pending
-//! deliveries right (what replicas of a release before migration 0029 left while the Deployments
-//! rolled), so no stored delivery waits unprocessed past a round.
+//! at once: each batch skips the rows another one holds. Before it prunes deliveries, each round
+//! sets the list of pending deliveries right (what replicas of a release before migration 0029
+//! left while the Deployments rolled), so no stored delivery waits unprocessed past a round.
 
 use std::time::Duration;
 
