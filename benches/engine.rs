@@ -108,7 +108,9 @@ async fn wal_lsn(pool: &PgPool) -> String {
 
 async fn throughput(admin: &str, jobs: usize, subjects: usize) {
     let workers: usize = env("BENCH_WORKERS", 2);
-    let concurrency: usize = env("BENCH_CONCURRENCY", 256);
+    // slots a worker: `onramp worker`'s default (--worker-concurrency 512), about as many jobs as
+    // each graphile-worker process of the batched reference holds (localQueue size 500)
+    let concurrency: usize = env("BENCH_CONCURRENCY", 512);
     let (_, pool) = fresh_db(admin, "onramp_bench_throughput").await;
     let engine = Engine::new(pool.clone(), Registry::new().with(Noop { starts: Arc::default() }));
     // jobs spread over the subjects in turn (one subject's jobs run one at a time, oldest first)
